@@ -1,0 +1,192 @@
+package api
+
+import "time"
+
+// ExecdPort is the port execd listens on inside every sandbox.
+const ExecdPort = 44772
+
+// Header names used by execd.
+const (
+	// HeaderExecdToken carries the per-sandbox access token.
+	HeaderExecdToken = "X-EXECD-ACCESS-TOKEN"
+	// HeaderTailCursor carries the next byte offset of a background
+	// command's log.
+	HeaderTailCursor = "EXECD-COMMANDS-TAIL-CURSOR"
+)
+
+// Error codes in execd's {code,message} error body.
+const (
+	CodeInvalidRequestBody  = "INVALID_REQUEST_BODY"
+	CodeMissingQuery        = "MISSING_QUERY"
+	CodeRuntimeError        = "RUNTIME_ERROR"
+	CodeInvalidFile         = "INVALID_FILE"
+	CodeInvalidFileContent  = "INVALID_FILE_CONTENT"
+	CodeInvalidFileMetadata = "INVALID_FILE_METADATA"
+	CodeFileNotFound        = "FILE_NOT_FOUND"
+	CodeContextNotFound     = "CONTEXT_NOT_FOUND"
+	CodeNotSupported        = "NOT_SUPPORTED"
+	CodeUnknown             = "UNKNOWN"
+	// CodeAlreadyConnected answers a PTY attach while another client holds
+	// the session.
+	CodeAlreadyConnected = "ALREADY_CONNECTED"
+	// CodeInsufficientStorage answers an upload that the file system
+	// cannot hold. Not used by the reference daemon, which answers 500.
+	CodeInsufficientStorage = "INSUFFICIENT_STORAGE"
+	// CodeRequestTooLarge answers a body over the configured limit.
+	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
+)
+
+// ErrorResponse is the error body of execd and the lifecycle server.
+type ErrorResponse struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// UnauthorizedResponse is execd's 401 body, which differs from ErrorResponse.
+type UnauthorizedResponse struct {
+	Error string `json:"error"`
+}
+
+// RunCommandRequest is the body of POST /command.
+type RunCommandRequest struct {
+	Command    string `json:"command"`
+	Cwd        string `json:"cwd,omitempty"`
+	Background bool   `json:"background,omitempty"`
+	// Timeout is in milliseconds; 0 means no limit.
+	Timeout int64             `json:"timeout,omitempty"`
+	UID     *uint32           `json:"uid,omitempty"`
+	GID     *uint32           `json:"gid,omitempty"`
+	Envs    map[string]string `json:"envs,omitempty"`
+}
+
+// CommandStatus is the body of GET /command/status/{id}.
+type CommandStatus struct {
+	ID      string `json:"id"`
+	Content string `json:"content,omitempty"`
+	Running bool   `json:"running"`
+	// ExitCode is absent while running, -1 after a signal, 255 when the
+	// command could not start.
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// CreateSessionRequest is the optional body of POST /session.
+type CreateSessionRequest struct {
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// CreateSessionResponse is the body answered by POST /session.
+type CreateSessionResponse struct {
+	SessionID string `json:"session_id"`
+}
+
+// RunInSessionRequest is the body of POST /session/{id}/run.
+type RunInSessionRequest struct {
+	Command string `json:"command"`
+	Cwd     string `json:"cwd,omitempty"`
+	// Timeout is in milliseconds; 0 means the daemon's cap.
+	Timeout int64 `json:"timeout,omitempty"`
+}
+
+// CreatePTYRequest is the optional body of POST /pty.
+type CreatePTYRequest struct {
+	Cwd     string `json:"cwd,omitempty"`
+	Command string `json:"command,omitempty"`
+}
+
+// PTYSession is the body answered by POST /pty (201).
+type PTYSession struct {
+	SessionID string `json:"session_id"`
+}
+
+// PTYStatus is the body of GET /pty/{id}.
+type PTYStatus struct {
+	SessionID string `json:"session_id"`
+	Running   bool   `json:"running"`
+	// OutputOffset is the number of bytes the session has produced so far;
+	// pass it as since= to reattach without repeated output.
+	OutputOffset int64 `json:"output_offset"`
+}
+
+// PTY WebSocket binary frame kinds: the first byte of each binary message.
+const (
+	PTYFrameStdin  byte = 0x00
+	PTYFrameStdout byte = 0x01
+	PTYFrameStderr byte = 0x02
+	PTYFrameReplay byte = 0x03
+)
+
+// PTYMessage is a JSON text message on the PTY WebSocket, in either
+// direction. Which fields are set depends on Type.
+type PTYMessage struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	Mode      string `json:"mode,omitempty"`
+	Data      string `json:"data,omitempty"`
+	Cols      int    `json:"cols,omitempty"`
+	Rows      int    `json:"rows,omitempty"`
+	Signal    string `json:"signal,omitempty"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Code      string `json:"code,omitempty"`
+}
+
+// FileInfo describes one file system entry.
+type FileInfo struct {
+	Path string `json:"path"`
+	// Type is "file", "directory", "symlink" or "other".
+	Type       string    `json:"type"`
+	Size       int64     `json:"size"`
+	ModifiedAt time.Time `json:"modified_at"`
+	CreatedAt  time.Time `json:"created_at"`
+	Owner      string    `json:"owner"`
+	Group      string    `json:"group"`
+	// Mode holds the permission bits as octal digits read as a decimal
+	// number: 0o755 travels as 755.
+	Mode int `json:"mode"`
+}
+
+// Permission is a requested owner, group and mode. Mode uses the same
+// octal-digits encoding as FileInfo.Mode; 0 leaves the mode alone.
+type Permission struct {
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	Mode  int    `json:"mode,omitempty"`
+}
+
+// FileMetadata is the JSON of an upload's metadata part.
+type FileMetadata struct {
+	Path  string `json:"path"`
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	Mode  int    `json:"mode,omitempty"`
+}
+
+// RenameFileItem is one entry of POST /files/mv.
+type RenameFileItem struct {
+	Src  string `json:"src"`
+	Dest string `json:"dest"`
+}
+
+// ReplaceFileContentItem is one entry of POST /files/replace.
+type ReplaceFileContentItem struct {
+	Old string `json:"old"`
+	New string `json:"new"`
+}
+
+// ReplaceResult is one entry of the verbose answer of POST /files/replace.
+type ReplaceResult struct {
+	ReplacedCount int `json:"replacedCount"`
+}
+
+// Metrics is the body of GET /metrics and each line of /metrics/watch.
+type Metrics struct {
+	CPUCount    float64 `json:"cpu_count"`
+	CPUUsedPct  float64 `json:"cpu_used_pct"`
+	MemTotalMiB float64 `json:"mem_total_mib"`
+	MemUsedMiB  float64 `json:"mem_used_mib"`
+	// Timestamp is in Unix milliseconds.
+	Timestamp int64 `json:"timestamp"`
+}

@@ -1,0 +1,33 @@
+package execd
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/httpx"
+)
+
+var unauthorized = api.UnauthorizedResponse{
+	Error: "Unauthorized: invalid or missing header " + api.HeaderExecdToken,
+}
+
+// authenticate requires the access token on every request, the proxy and
+// the PTY WebSocket included. The comparison takes the same time whatever
+// the token sent.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.cfg.AccessToken == "" {
+		return next
+	}
+	// Comparing digests keeps even the token's length secret.
+	want := sha256.Sum256([]byte(s.cfg.AccessToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(r.Header.Get(api.HeaderExecdToken)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			httpx.WriteJSON(w, http.StatusUnauthorized, unauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

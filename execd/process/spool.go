@@ -1,0 +1,91 @@
+package process
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spool keeps a background command's combined output so that clients can
+// read it from any byte offset. The bytes live in an anonymous file: one
+// with no name in any directory (O_TMPFILE), or, where the temporary
+// directory cannot hold one, a memory file (memfd). Either way no other
+// process can open it, and it disappears with the last descriptor.
+type Spool struct {
+	// mu is held for reading by Write and WriteTo, which may run at once,
+	// and for writing by Close.
+	mu     sync.RWMutex
+	f      *os.File
+	size   atomic.Int64
+	closed bool
+}
+
+// NewSpool creates an empty spool in dir ("" for the default temporary
+// directory).
+func NewSpool(dir string) (*Spool, error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	fd, err := unix.Open(dir, unix.O_RDWR|unix.O_CLOEXEC|unix.O_TMPFILE, 0o600)
+	if err == nil {
+		return &Spool{f: os.NewFile(uintptr(fd), "spool")}, nil
+	}
+	mfd, merr := unix.MemfdCreate("execd-spool", unix.MFD_CLOEXEC)
+	if merr != nil {
+		return nil, fmt.Errorf("create spool: O_TMPFILE in %s: %v; memfd: %w", dir, err, merr)
+	}
+	return &Spool{f: os.NewFile(uintptr(mfd), "spool")}, nil
+}
+
+// Write appends p. Only one goroutine may write.
+func (s *Spool) Write(p []byte) (int, error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return 0, os.ErrClosed
+	}
+	defer s.mu.RUnlock()
+	n, err := s.f.WriteAt(p, s.size.Load())
+	s.size.Add(int64(n))
+	return n, err
+}
+
+// Size returns the number of bytes written so far.
+func (s *Spool) Size() int64 {
+	return s.size.Load()
+}
+
+// WriteTo copies the bytes from offset from to the current end into w and
+// returns the new end. An offset beyond the end copies nothing; a negative
+// offset counts as 0.
+func (s *Spool) WriteTo(w io.Writer, from int64) (end int64, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	end = s.size.Load()
+	if s.closed {
+		return end, os.ErrClosed
+	}
+	if from < 0 {
+		from = 0
+	}
+	if from >= end {
+		return end, nil
+	}
+	_, err = io.Copy(w, io.NewSectionReader(s.f, from, end-from))
+	return end, err
+}
+
+// Close releases the spool's storage.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.f.Close()
+}

@@ -1,0 +1,313 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Supervisor starts processes and collects their exit status.
+//
+// In reap-all mode (execd as PID 1 or as a child subreaper) it reaps every
+// child that exits, its own and orphans reparented to it, from one SIGCHLD
+// loop, and hands each status to the Process that waits for it. Forks and
+// the reaping loop are mutually excluded, so a child can never be reaped
+// before its Process is registered. In the other mode each Process waits
+// for its own pid only, which leaves the rest of the program's children
+// alone (tests run that way in-process).
+type Supervisor struct {
+	reapAll bool
+
+	// forkMu is held for reading across fork+register and for writing while
+	// reaping, so the reaper never sees a pid that is not registered yet.
+	forkMu sync.RWMutex
+
+	mu      sync.Mutex
+	waiting map[int]*Process
+	live    map[*Process]struct{}
+
+	// orphans counts reaped children that no Process waited for.
+	orphans int64
+}
+
+// NewSupervisor returns a supervisor. With reapAll set it installs a SIGCHLD
+// handler and reaps every child of this process; only a program that owns
+// all of its children (execd's main) may set it.
+func NewSupervisor(reapAll bool) *Supervisor {
+	s := &Supervisor{
+		reapAll: reapAll,
+		waiting: make(map[int]*Process),
+		live:    make(map[*Process]struct{}),
+	}
+	if reapAll {
+		ch := make(chan os.Signal, 16)
+		signal.Notify(ch, syscall.SIGCHLD)
+		go func() {
+			s.reap()
+			for range ch {
+				s.reap()
+			}
+		}()
+	}
+	return s
+}
+
+// reap collects every exited child without blocking.
+func (s *Supervisor) reap() {
+	s.forkMu.Lock()
+	defer s.forkMu.Unlock()
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		s.mu.Lock()
+		p := s.waiting[pid]
+		delete(s.waiting, pid)
+		if p == nil {
+			s.orphans++
+		}
+		s.mu.Unlock()
+		if p != nil {
+			p.finish(ws)
+		}
+	}
+}
+
+// Orphans returns how many children were reaped that no Process waited
+// for: orphaned grandchildren reparented to execd.
+func (s *Supervisor) Orphans() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.orphans
+}
+
+// Spec describes a process to start.
+type Spec struct {
+	// Path is the executable; Args is the full argv, Args[0] included.
+	Path string
+	Args []string
+	Dir  string
+	Env  []string
+	// Cred, when set, runs the process as that user.
+	Cred *syscall.Credential
+	// Stdin, Stdout and Stderr are the child's standard files; nil means
+	// /dev/null. The caller closes its copies after Start.
+	Stdin, Stdout, Stderr *os.File
+	// Setsid starts a new session instead of a new process group, with
+	// Stdin as its controlling terminal when Ctty is set.
+	Setsid bool
+	Ctty   bool
+}
+
+// Process is a started process, the leader of its own process group.
+type Process struct {
+	pid  int
+	sup  *Supervisor
+	done chan struct{}
+
+	// state is written once, before done is closed.
+	state ExitState
+}
+
+// Start forks and executes spec. The process leads a new process group (or
+// session), so Signal reaches everything it starts.
+func (s *Supervisor) Start(spec Spec) (*Process, error) {
+	var devnull *os.File
+	files := []*os.File{spec.Stdin, spec.Stdout, spec.Stderr}
+	for i, f := range files {
+		if f != nil {
+			continue
+		}
+		if devnull == nil {
+			var err error
+			if devnull, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+				return nil, err
+			}
+			defer devnull.Close()
+		}
+		files[i] = devnull
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
+		Sys: &syscall.SysProcAttr{
+			Setpgid:    !spec.Setsid,
+			Setsid:     spec.Setsid,
+			Setctty:    spec.Setsid && spec.Ctty,
+			Ctty:       0,
+			Credential: spec.Cred,
+		},
+	}
+	p := &Process{sup: s, done: make(chan struct{})}
+
+	s.forkMu.RLock()
+	pid, err := syscall.ForkExec(spec.Path, spec.Args, attr)
+	if err == nil {
+		p.pid = pid
+		s.mu.Lock()
+		s.waiting[pid] = p
+		s.live[p] = struct{}{}
+		s.mu.Unlock()
+	}
+	s.forkMu.RUnlock()
+	runtime.KeepAlive(files) // their descriptors were used by number
+	if err != nil {
+		return nil, &os.PathError{Op: "exec", Path: spec.Path, Err: err}
+	}
+	if !s.reapAll {
+		go p.waitOwn()
+	}
+	return p, nil
+}
+
+// waitOwn waits for p's pid alone (not reap-all mode).
+func (p *Process) waitOwn() {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(p.pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			// Someone else reaped it; the status is unknown.
+			ws = syscall.WaitStatus(0xff << 8)
+		}
+		break
+	}
+	p.sup.mu.Lock()
+	delete(p.sup.waiting, p.pid)
+	p.sup.mu.Unlock()
+	p.finish(ws)
+}
+
+func (p *Process) finish(ws syscall.WaitStatus) {
+	st := ExitState{Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		st.Code = -1
+		st.Signal = ws.Signal()
+		st.CoreDump = ws.CoreDump()
+	}
+	p.state = st
+	p.sup.mu.Lock()
+	delete(p.sup.live, p)
+	p.sup.mu.Unlock()
+	close(p.done)
+}
+
+// Pid returns the process id, which is also its process group id.
+func (p *Process) Pid() int { return p.pid }
+
+// Done is closed when the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// State returns the exit state. It is only meaningful after Done.
+func (p *Process) State() ExitState {
+	<-p.done
+	return p.state
+}
+
+// Wait waits for the process to exit or ctx to end.
+func (p *Process) Wait(ctx context.Context) (ExitState, error) {
+	select {
+	case <-p.done:
+		return p.state, nil
+	case <-ctx.Done():
+		return ExitState{}, ctx.Err()
+	}
+}
+
+// Signal sends sig to the process's whole group. Signalling a group whose
+// members have all gone is not an error.
+func (p *Process) Signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.pid, sig)
+	if err == syscall.ESRCH {
+		return nil
+	}
+	return err
+}
+
+// Stop asks the group to end with SIGTERM, and SIGKILLs it if the leader
+// has not exited after grace. It returns when the leader has exited.
+func (p *Process) Stop(grace time.Duration) {
+	if p.Exited() {
+		p.Signal(syscall.SIGKILL) // leftovers of the group, if any
+		return
+	}
+	p.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	}
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Live returns the processes started and not yet exited.
+func (s *Supervisor) Live() []*Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]*Process, 0, len(s.live))
+	for p := range s.live {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// ExitState is how a process ended.
+type ExitState struct {
+	// Code is the exit status, or -1 when a signal killed the process.
+	Code     int
+	Signal   syscall.Signal
+	CoreDump bool
+}
+
+// String describes the state the way Go's os.ProcessState does, which is
+// what OpenSandbox clients show: "exit status 3", "signal: killed".
+func (s ExitState) String() string {
+	if s.Code == -1 && s.Signal != 0 {
+		str := "signal: " + s.Signal.String()
+		if s.CoreDump {
+			str += " (core dumped)"
+		}
+		return str
+	}
+	return "exit status " + strconv.Itoa(s.Code)
+}
+
+// Success reports a zero exit status.
+func (s ExitState) Success() bool { return s.Code == 0 }
+
+// ErrNoShell is returned for a command that needs a shell where the image
+// has none.
+var ErrNoShell = errors.New("no shell (bash or sh) in this image")
+
+// StartError wraps a failure to start a process.
+type StartError struct{ Err error }
+
+func (e *StartError) Error() string { return fmt.Sprintf("start process: %v", e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }

@@ -1,0 +1,41 @@
+package execd
+
+import "net/http"
+
+// routes lists the whole execd API.
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {})
+
+	s.mux.Handle("POST /command", s.handle(s.runCommand))
+	s.mux.Handle("DELETE /command", s.handle(s.interrupt))
+	// One pattern serves /command/status/{id} and /command/{id}/logs,
+	// which the standard mux would reject as overlapping.
+	s.mux.Handle("GET /command/{a}/{b}", s.handle(s.commandStatusOrLogs))
+
+	s.mux.Handle("POST /session", s.handle(s.createSession))
+	s.mux.Handle("POST /session/{id}/run", s.handle(s.runInSession))
+	s.mux.Handle("DELETE /session/{id}", s.handle(s.deleteSession))
+
+	s.mux.Handle("POST /pty", s.handle(s.createPTY))
+	s.mux.Handle("GET /pty/{id}", s.handle(s.getPTY))
+	s.mux.Handle("DELETE /pty/{id}", s.handle(s.deletePTY))
+	s.mux.Handle("GET /pty/{id}/ws", s.handle(s.attachPTY))
+
+	s.mux.Handle("GET /files/info", s.handle(s.fileInfo))
+	s.mux.Handle("DELETE /files", s.handle(s.deleteFiles))
+	s.mux.Handle("POST /files/permissions", s.handle(s.setPermissions))
+	s.mux.Handle("POST /files/mv", s.handle(s.moveFiles))
+	s.mux.Handle("GET /files/search", s.handle(s.searchFiles))
+	s.mux.Handle("POST /files/replace", s.handle(s.replaceInFiles))
+	s.mux.Handle("POST /files/upload", s.handle(s.upload))
+	s.mux.Handle("GET /files/download", s.handle(s.download))
+	s.mux.Handle("GET /directories/list", s.handle(s.listDirectory))
+	s.mux.Handle("POST /directories", s.handle(s.makeDirectories))
+	s.mux.Handle("DELETE /directories", s.handle(s.removeDirectories))
+
+	s.mux.Handle("GET /metrics", s.handle(s.getMetrics))
+	s.mux.Handle("GET /metrics/watch", s.handle(s.watchMetrics))
+
+	s.mux.Handle("/proxy/{port}", s.proxy())
+	s.mux.Handle("/proxy/{port}/{path...}", s.proxy())
+}

@@ -1,0 +1,226 @@
+// Package execd is the daemon that runs inside every sandbox: commands,
+// background jobs, bash sessions, terminals, files, metrics and a port
+// proxy, served over HTTP as the OpenSandbox execd API describes.
+//
+// Only cmd/execd imports it.
+package execd
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/opensandbox/opensandbox/execd/process"
+	"github.com/opensandbox/opensandbox/internal/httpx"
+)
+
+// Config configures a Server. The zero value of every field but
+// AccessToken/Insecure has a usable default.
+type Config struct {
+	// AccessToken is the value clients must send in X-EXECD-ACCESS-TOKEN.
+	// New refuses an empty token unless Insecure is set.
+	AccessToken string
+	// Insecure allows an empty AccessToken: every request is accepted.
+	Insecure bool
+
+	// ReapAll makes execd reap every child process, orphans included; set
+	// it when execd is PID 1 or a child subreaper, never in a program that
+	// waits for children of its own.
+	ReapAll bool
+
+	// EnvFile is a KEY=VALUE file merged into every command's environment
+	// (the reference daemon's EXECD_ENVS). Empty: none.
+	EnvFile string
+
+	// RecordTTL is how long the status of a finished command stays
+	// queryable. Default 1 hour.
+	RecordTTL time.Duration
+	// MaxRecords bounds the number of finished commands kept; the oldest
+	// go first. Default 1024.
+	MaxRecords int
+
+	// PTYIdleTimeout ends a terminal session that has had no client
+	// attached for this long. Default 30 minutes.
+	PTYIdleTimeout time.Duration
+	// PTYExitedTTL removes a terminal session this long after its process
+	// exited while no client was attached. Default 5 minutes.
+	PTYExitedTTL time.Duration
+
+	// MaxUploadBytes bounds the body of one upload request; 0 means no
+	// bound other than the file system's.
+	MaxUploadBytes int64
+
+	// TempDir holds execd's private working files (a 0700 directory is
+	// made inside it). Default: the system temporary directory.
+	TempDir string
+
+	// PingInterval is the keep-alive period of event streams. Default 3 s.
+	PingInterval time.Duration
+
+	// Logger receives the daemon's log. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	c.RecordTTL = cmp.Or(c.RecordTTL, time.Hour)
+	c.MaxRecords = cmp.Or(c.MaxRecords, 1024)
+	c.PTYIdleTimeout = cmp.Or(c.PTYIdleTimeout, 30*time.Minute)
+	c.PTYExitedTTL = cmp.Or(c.PTYExitedTTL, 5*time.Minute)
+	c.PingInterval = cmp.Or(c.PingInterval, 3*time.Second)
+	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// ErrNoToken is returned by New for a config without an access token that
+// is not marked insecure.
+var ErrNoToken = errors.New("no access token: set --access-token or EXECD_ACCESS_TOKEN, or pass --insecure to accept every request")
+
+// Server is the execd HTTP API.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	sup  *process.Supervisor
+	mux  *http.ServeMux
+	env  *environment
+	priv string // private working directory, 0700
+
+	commands *commandTable
+	sessions *sessionTable
+	ptys     *ptyTable
+	metrics  *metricsSampler
+
+	stop chan struct{}
+}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if cfg.AccessToken == "" && !cfg.Insecure {
+		return nil, ErrNoToken
+	}
+	env, err := newEnvironment(cfg.EnvFile)
+	if err != nil {
+		return nil, err
+	}
+	priv, err := os.MkdirTemp(cfg.TempDir, "execd-")
+	if err != nil {
+		return nil, fmt.Errorf("create private directory: %w", err)
+	}
+	s := &Server{
+		cfg:  cfg,
+		log:  cfg.Logger,
+		sup:  process.NewSupervisor(cfg.ReapAll),
+		mux:  http.NewServeMux(),
+		env:  env,
+		priv: priv,
+		stop: make(chan struct{}),
+	}
+	s.commands = newCommandTable(cfg.RecordTTL, cfg.MaxRecords)
+	s.sessions = newSessionTable()
+	s.ptys = newPTYTable()
+	s.metrics = newMetricsSampler()
+	s.routes()
+	go s.janitor()
+	return s, nil
+}
+
+// Handler returns the API with authentication in front of every route.
+func (s *Server) Handler() http.Handler {
+	return s.authenticate(http.HandlerFunc(s.serve))
+}
+
+// serve dispatches to the route table. Like the reference daemon it
+// answers 404 both for an unknown path and for a known path with another
+// method.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		http.NotFound(w, r)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// handle adapts a handler that returns an error: errors become JSON
+// {code,message} answers, and only server-side failures are logged.
+func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			status := httpx.StatusOf(err)
+			if status >= 500 {
+				s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			} else {
+				s.log.Debug("request rejected", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+			}
+			httpx.WriteError(w, err)
+		}
+	})
+}
+
+// janitor evicts finished records and idle sessions.
+func (s *Server) janitor() {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.commands.evict(now)
+			s.ptys.evict(now, s.cfg.PTYIdleTimeout, s.cfg.PTYExitedTTL)
+		}
+	}
+}
+
+// Shutdown stops every process execd started (SIGTERM, then SIGKILL after
+// grace) and releases the server's resources.
+func (s *Server) Shutdown(grace time.Duration) {
+	select {
+	case <-s.stop:
+		return
+	default:
+		close(s.stop)
+	}
+	s.sessions.closeAll()
+	s.ptys.closeAll()
+	done := make(chan struct{})
+	live := s.sup.Live()
+	for _, p := range live {
+		go func() {
+			p.Stop(grace)
+			done <- struct{}{}
+		}()
+	}
+	for range live {
+		<-done
+	}
+	s.commands.closeAll()
+	os.RemoveAll(s.priv)
+}
+
+// newID returns a random 32-hex-digit id, the form of the reference
+// daemon's command and context ids.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newUUID returns a random RFC 4122 version 4 UUID, the form of session ids.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return strings.Join([]string{h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]}, "-")
+}

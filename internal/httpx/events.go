@@ -1,0 +1,59 @@
+package httpx
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+)
+
+// EventWriter writes an execd event stream: each event is one JSON object
+// and a blank line, flushed at once. Headers go out with the first event,
+// so an error before it can still be answered as plain JSON.
+type EventWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte
+}
+
+// NewEventWriter returns a writer for w. Nothing is written until Send.
+func NewEventWriter(w http.ResponseWriter) *EventWriter {
+	return &EventWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// Started reports whether any event has been sent, after which errors can
+// only travel as events.
+func (ew *EventWriter) Started() bool { return ew.buf != nil }
+
+// Send writes events, stamping those without a timestamp with the current
+// time, and flushes. An error means the client has gone.
+func (ew *EventWriter) Send(events ...api.Event) error {
+	if ew.buf == nil {
+		h := ew.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Connection", "keep-alive")
+		h.Set("X-Accel-Buffering", "no")
+		ew.w.WriteHeader(http.StatusOK)
+		ew.buf = make([]byte, 0, 4096)
+	}
+	var now int64
+	b := ew.buf[:0]
+	for i := range events {
+		e := &events[i]
+		if e.Timestamp == 0 {
+			if now == 0 {
+				now = time.Now().UnixMilli()
+			}
+			e.Timestamp = now
+		}
+		b = e.AppendFrame(b)
+	}
+	if cap(b) <= 1<<20 {
+		ew.buf = b
+	}
+	if _, err := ew.w.Write(b); err != nil {
+		return err
+	}
+	return ew.rc.Flush()
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# images.sh builds the local images that the tests and the demo use, with no
+# registry: root filesystems come from Debian packages fetched through the
+# apt mirror this machine is configured with.
+#
+#   opensandbox/base:bookworm   Debian minbase (debootstrap), then docker import
+#   opensandbox/python:3.11     the same plus python3
+#   opensandbox/busybox         busybox-static with its applet links (~2 MB)
+#   opensandbox/noshell         busybox-static alone, without any shell link:
+#                               an image in which no shell exists
+#
+# An image that already exists is kept, so a second run takes seconds.
+# FORCE=1 rebuilds everything. Work files live in .cache/images (git-ignored).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cache=${OSB_IMAGE_CACHE:-$top/.cache/images}
+suite=bookworm
+
+log() { printf 'images: %s\n' "$*" >&2; }
+
+have_image() { [[ ${FORCE:-0} != 1 ]] && docker image inspect "$1" >/dev/null 2>&1; }
+
+# debian_mirror prints the URI of the Debian archive that apt uses for $suite,
+# read from deb822 .sources files or one-line sources.list entries.
+debian_mirror() {
+	local f uri
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[[ -f $f ]] || continue
+		uri=$(awk -v suite="$suite" '
+			BEGIN { RS = ""; FS = "\n" }
+			{
+				uris = ""; ok = 0
+				for (i = 1; i <= NF; i++) {
+					if ($i ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", $i); split($i, u, /[ \t]+/); uris = u[1] }
+					if ($i ~ /^Suites:/ && $i ~ ("[ \t]" suite "([ \t]|$)")) ok = 1
+				}
+				if (ok && uris != "") { print uris; exit }
+			}' "$f")
+		[[ -n $uri ]] && { echo "$uri"; return; }
+	done
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[[ -f $f ]] || continue
+		uri=$(awk -v suite="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i+1) == suite) { print $i; exit } }' "$f")
+		[[ -n $uri ]] && { echo "$uri"; return; }
+	done
+	log "no apt source for Debian $suite found in /etc/apt"
+	return 1
+}
+
+ensure_tools() {
+	local missing=()
+	command -v debootstrap >/dev/null || missing+=(debootstrap)
+	[[ $(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null) == *' installed' ]] || missing+=(busybox-static)
+	if ((${#missing[@]})); then
+		log "installing ${missing[*]} from Debian"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+# bootstrap NAME PACKAGES... makes a minbase root filesystem with extra
+# packages, imports it as an image and removes the tree.
+bootstrap() {
+	local image=$1 include=$2 dir="$cache/rootfs-$3"
+	local mirror
+	mirror=$(debian_mirror)
+	log "debootstrap $suite from $mirror for $image"
+	rm -rf "$dir"
+	mkdir -p "$cache/debs"
+	debootstrap --variant=minbase --cache-dir="$cache/debs" ${include:+--include="$include"} \
+		"$suite" "$dir" "$mirror" >"$cache/debootstrap-$3.log" 2>&1 || {
+		tail -n 20 "$cache/debootstrap-$3.log" >&2
+		return 1
+	}
+	# Trim what a container never needs.
+	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* \
+		"$dir"/usr/share/man/* "$dir"/usr/share/info/*
+	tar -C "$dir" --numeric-owner -c . | docker import \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'ENV LANG=C.UTF-8' \
+		--change 'CMD ["/bin/bash"]' \
+		- "$image" >/dev/null
+	rm -rf "$dir"
+	log "built $image"
+}
+
+busybox_images() {
+	local dir="$cache/busybox"
+	rm -rf "$dir"
+	mkdir -p "$dir/bin" "$dir/tmp" "$dir/etc" "$dir/root"
+	cp /bin/busybox "$dir/bin/busybox"
+	chmod 1777 "$dir/tmp"
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir/etc/group"
+	if ! have_image opensandbox/noshell; then
+		tar -C "$dir" --numeric-owner -c . | docker import \
+			--change 'ENV PATH=/bin' --change 'CMD ["/bin/busybox"]' - opensandbox/noshell >/dev/null
+		log "built opensandbox/noshell"
+	fi
+	if ! have_image opensandbox/busybox; then
+		local applet
+		for applet in $(/bin/busybox --list); do
+			[[ $applet == busybox ]] || ln -s busybox "$dir/bin/$applet"
+		done
+		tar -C "$dir" --numeric-owner -c . | docker import \
+			--change 'ENV PATH=/bin' --change 'CMD ["/bin/sh"]' - opensandbox/busybox >/dev/null
+		log "built opensandbox/busybox"
+	fi
+	rm -rf "$dir"
+}
+
+main() {
+	if ! docker version >/dev/null 2>&1; then
+		log "no Docker engine answers; run scripts/docker-up.sh (make docker) first"
+		exit 1
+	fi
+	ensure_tools
+	mkdir -p "$cache"
+	have_image opensandbox/base:bookworm || bootstrap opensandbox/base:bookworm "" base
+	have_image opensandbox/python:3.11 || bootstrap opensandbox/python:3.11 "python3" python
+	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
+		busybox_images
+	fi
+	docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^opensandbox/' >&2
+}
+
+main "$@"
