@@ -142,12 +142,12 @@ func (s *Server) Handler() http.Handler {
 // answers 404 both for an unknown path and for a known path with another
 // method.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	h, pattern := s.mux.Handler(r)
-	if pattern == "" {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
 		http.NotFound(w, r)
 		return
 	}
-	h.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r) // sets the path values that Handler does not
+
 }
 
 // handle adapts a handler that returns an error: errors become JSON

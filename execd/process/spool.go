@@ -59,24 +59,20 @@ func (s *Spool) Size() int64 {
 	return s.size.Load()
 }
 
-// WriteTo copies the bytes from offset from to the current end into w and
-// returns the new end. An offset beyond the end copies nothing; a negative
-// offset counts as 0.
-func (s *Spool) WriteTo(w io.Writer, from int64) (end int64, err error) {
+// WriteRange copies the bytes in [from, to) into w, clamped to what has
+// been written, and returns the number of bytes copied.
+func (s *Spool) WriteRange(w io.Writer, from, to int64) (int64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	end = s.size.Load()
 	if s.closed {
-		return end, os.ErrClosed
+		return 0, os.ErrClosed
 	}
-	if from < 0 {
-		from = 0
+	to = min(to, s.size.Load())
+	from = max(from, 0)
+	if from >= to {
+		return 0, nil
 	}
-	if from >= end {
-		return end, nil
-	}
-	_, err = io.Copy(w, io.NewSectionReader(s.f, from, end-from))
-	return end, err
+	return io.Copy(w, io.NewSectionReader(s.f, from, to-from))
 }
 
 // Close releases the spool's storage.

@@ -105,6 +105,8 @@ type Spec struct {
 	// Stdin, Stdout and Stderr are the child's standard files; nil means
 	// /dev/null. The caller closes its copies after Start.
 	Stdin, Stdout, Stderr *os.File
+	// ExtraFiles become the child's descriptors 3, 4, ...
+	ExtraFiles []*os.File
 	// Setsid starts a new session instead of a new process group, with
 	// Stdin as its controlling terminal when Ctty is set.
 	Setsid bool
@@ -125,7 +127,7 @@ type Process struct {
 // session), so Signal reaches everything it starts.
 func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	var devnull *os.File
-	files := []*os.File{spec.Stdin, spec.Stdout, spec.Stderr}
+	files := append([]*os.File{spec.Stdin, spec.Stdout, spec.Stderr}, spec.ExtraFiles...)
 	for i, f := range files {
 		if f != nil {
 			continue
@@ -139,10 +141,14 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		}
 		files[i] = devnull
 	}
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		fds[i] = f.Fd()
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
-		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
+		Files: fds,
 		Sys: &syscall.SysProcAttr{
 			Setpgid:    !spec.Setsid,
 			Setsid:     spec.Setsid,

@@ -1,0 +1,89 @@
+package execd
+
+import (
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/opensandbox/opensandbox/execd/process"
+)
+
+// EntrypointID is the command id under which the entrypoint's status is
+// served: GET /command/status/entrypoint.
+const EntrypointID = "entrypoint"
+
+// Entrypoint is the sandbox's main process, started by execd as init.
+type Entrypoint struct {
+	cmd *command
+}
+
+// StartEntrypoint starts argv (executed directly, no shell) with execd's
+// environment and working directory, its output going to execd's own
+// stdout and stderr, that is to the container's log. Its status stays
+// visible at /command/status/entrypoint after it exits, and execd keeps
+// serving either way. A failure to start is recorded there too.
+func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
+	c := &command{id: EntrypointID, content: joinArgs(argv), pinned: true, startedAt: time.Now()}
+	p := &prepared{spec: process.Spec{
+		Dir: s.env.cwd, Env: s.env.build(nil, nil), Args: argv,
+		Stdout: os.Stdout, Stderr: os.Stderr,
+	}}
+	p.spec.Path, p.err = lookPath(argv[0], p.spec.Env)
+	if err := s.start(c, p); err != nil {
+		return nil, err
+	}
+	go func() {
+		st := c.proc.State()
+		c.finish(st.Code, stateError(st))
+		s.log.Info("entrypoint exited", "status", st.String())
+	}()
+	return &Entrypoint{cmd: c}, nil
+}
+
+// Running reports whether the entrypoint is still running.
+func (e *Entrypoint) Running() bool { return !e.cmd.proc.Exited() }
+
+// Signal sends sig to the entrypoint's process group.
+func (e *Entrypoint) Signal(sig syscall.Signal) error { return e.cmd.proc.Signal(sig) }
+
+// Wait waits up to grace for the entrypoint to exit, then kills it. It
+// returns the exit code a container would report: the status, or 128+N
+// after signal N.
+func (e *Entrypoint) Wait(grace time.Duration) (int, bool) {
+	p := e.cmd.proc
+	select {
+	case <-p.Done():
+	case <-time.After(grace):
+		p.Signal(syscall.SIGKILL)
+		<-p.Done()
+	}
+	st := p.State()
+	if st.Code == -1 {
+		return 128 + int(st.Signal), false
+	}
+	return st.Code, true
+}
+
+func joinArgs(argv []string) string {
+	out := ""
+	for i, a := range argv {
+		if i > 0 {
+			out += " "
+		}
+		out += shellQuoteIfNeeded(a)
+	}
+	return out
+}
+
+func shellQuoteIfNeeded(s string) string {
+	for _, c := range s {
+		if !(c == '-' || c == '_' || c == '.' || c == '/' || c == '=' || c == ':' || c == ',' ||
+			'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return shellQuote(s)
+		}
+	}
+	if s == "" {
+		return "''"
+	}
+	return s
+}

@@ -1,0 +1,225 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func sh(t testing.TB, s *Supervisor, script string) *Process {
+	t.Helper()
+	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func waitState(t testing.TB, p *Process) ExitState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("process %d did not exit: %v", p.Pid(), err)
+	}
+	return st
+}
+
+func TestExitStates(t *testing.T) {
+	s := NewSupervisor(false)
+	tests := []struct {
+		script string
+		want   string
+		code   int
+	}{
+		{"exit 0", "exit status 0", 0},
+		{"exit 3", "exit status 3", 3},
+		{"kill -KILL $$", "signal: killed", -1},
+		{"kill -TERM $$", "signal: terminated", -1},
+	}
+	for _, tt := range tests {
+		st := waitState(t, sh(t, s, tt.script))
+		if st.String() != tt.want || st.Code != tt.code {
+			t.Errorf("%q: state %q code %d, want %q code %d", tt.script, st, st.Code, tt.want, tt.code)
+		}
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	s := NewSupervisor(false)
+	if _, err := s.Start(Spec{Path: "/nonexistent", Args: []string{"x"}}); err == nil {
+		t.Error("start of a missing executable succeeded")
+	}
+	if _, err := s.Start(Spec{Path: "/bin/true", Args: []string{"true"}, Dir: "/nonexistent"}); err == nil {
+		t.Error("start in a missing directory succeeded")
+	}
+}
+
+func TestSignalReachesWholeGroup(t *testing.T) {
+	s := NewSupervisor(false)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := sh(t, s, "sleep 100 & echo $! > "+pidFile+"; wait")
+	var child int
+	for deadline := time.Now().Add(5 * time.Second); child == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if child == 0 {
+		t.Fatal("child pid never written")
+	}
+	p.Stop(time.Second)
+	// The grandchild was in the group, so it got the signal too; it is
+	// reparented and reaped by init (or this test's subreaper), so poll.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if !alive(child) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d survived Stop", child)
+		}
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+func TestStopEscalatesToKill(t *testing.T) {
+	s := NewSupervisor(false)
+	p := sh(t, s, "trap '' TERM; while :; do sleep 0.05; done")
+	time.Sleep(100 * time.Millisecond) // let the trap be set
+	start := time.Now()
+	p.Stop(200 * time.Millisecond)
+	if st := p.State(); st.String() != "signal: killed" {
+		t.Fatalf("state after Stop = %s, want signal: killed", st)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Stop took %v", d)
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Log("not root: checking that a foreign uid is refused instead")
+	}
+	s := NewSupervisor(false)
+	r, w, _ := os.Pipe()
+	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "id -u; id -g"}, Stdout: w,
+		Cred: &syscall.Credential{Uid: 65534, Gid: 65534}})
+	w.Close()
+	if os.Geteuid() != 0 {
+		if err == nil {
+			t.Fatal("non-root start as another uid succeeded")
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p)
+	out := make([]byte, 64)
+	n, _ := r.Read(out)
+	if got := strings.Fields(string(out[:n])); len(got) != 2 || got[0] != "65534" || got[1] != "65534" {
+		t.Fatalf("id = %q, want 65534 65534", got)
+	}
+}
+
+// TestReapAll runs the reap-all scenario in a child test process, which
+// becomes a subreaper: orphans must not stay zombies, and every
+// supervised process must get its own exit status even while the reaper
+// collects orphans concurrently.
+func TestReapAll(t *testing.T) {
+	if os.Getenv("PROCESS_TEST_REAP_ALL") == "1" {
+		reapAllScenario(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReapAll$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROCESS_TEST_REAP_ALL=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("reap-all scenario failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "scenario ok") {
+		t.Fatalf("reap-all scenario did not run:\n%s", out)
+	}
+}
+
+func reapAllScenario(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSupervisor(true)
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each command leaves an orphan behind that exits a little later.
+			p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", fmt.Sprintf("(sleep 0.%d; exit 9) & exit %d", i%5+1, i%100)}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			st := waitState(t, p)
+			if st.Code != i%100 {
+				errs <- fmt.Errorf("process %d: exit %d, want %d", i, st.Code, i%100)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Orphans() < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.Orphans(); got != n {
+		t.Errorf("reaped %d orphans, want %d", got, n)
+	}
+	if z := zombieChildren(); len(z) > 0 {
+		t.Errorf("zombie children left: %v", z)
+	}
+	fmt.Println("scenario ok")
+}
+
+func zombieChildren() []int {
+	self := strconv.Itoa(os.Getpid())
+	var zombies []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[0] == "Z" && f[1] == self {
+			zombies = append(zombies, pid)
+		}
+	}
+	return zombies
+}
