@@ -1,0 +1,50 @@
+# OpenSandbox: build, test and run. `make help` lists the targets.
+
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+GOFLAGS_STATIC := CGO_ENABLED=0
+LDFLAGS := -s -w
+# BENCH=quick runs a shorter benchmark.
+BENCH ?= full
+
+.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean
+
+help: ## list the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build the binaries into bin/ (static)
+	@mkdir -p $(BIN)
+	$(GOFLAGS_STATIC) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+docker: ## install and start a Docker engine (with runsc) if needed
+	@./scripts/docker-up.sh
+
+images: docker ## build the local images used by tests and the demo
+	@./scripts/images.sh
+
+demo: build images ## start execd in a container and run a command through it
+	@./scripts/demo.sh
+
+test: build images ## the whole suite: unit, real processes, containers (race detector on)
+	OSB_REQUIRE_ALL=1 $(GO) test -race -timeout 30m ./...
+
+test-unit: ## tests that need neither Docker nor images
+	$(GO) test -race ./api/... ./internal/... ./execd/...
+
+test-e2e: build images ## only the end-to-end tests against real containers
+	OSB_REQUIRE_ALL=1 $(GO) test -timeout 20m ./e2e/...
+
+bench: build images ## performance harness: execd vs docker exec (BENCH=quick for a short run)
+	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
+	@./scripts/fuzz.sh $${FUZZTIME:-30s}
+
+lint: ## gofmt, go vet, go mod tidy check
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	@$(GO) mod tidy && git diff --exit-code go.mod go.sum
+
+clean: ## remove build output and caches made by the scripts
+	rm -rf $(BIN) .cache
