@@ -76,6 +76,7 @@ func Resolve(memberships []Membership, mounts []Mount, root string) Dirs {
 	}
 }
 
+// resolve returns the directory of the process's cgroup for one controller.
 func resolve(memberships []Membership, mounts []Mount, root, controller string) Dir {
 	want := V2
 	var cgroup string
@@ -237,6 +238,8 @@ func (g *Group) Read() (Stats, error) {
 // file.
 func (g *Group) CPUUsage() (time.Duration, error) { return g.cpuUsage() }
 
+// cpus returns the effective CPU limit: the smallest of the quota, the
+// cpuset size and the CPUs the process may use.
 func (g *Group) cpus() (float64, error) {
 	cpus := float64(g.numCPU)
 	quota, err := g.cpuQuota()
@@ -318,6 +321,8 @@ func (g *Group) cpuSetSize() (int, error) {
 	return n, nil
 }
 
+// cpuUsage returns the cgroup's cumulative CPU time: v1 cpuacct.usage
+// (ns), v2 usage_usec of cpu.stat.
 func (g *Group) cpuUsage() (time.Duration, error) {
 	d := g.dirs.CPUAcct
 	switch d.Version {
@@ -352,6 +357,8 @@ func (g *Group) cpuUsage() (time.Duration, error) {
 // unset limit as the largest page-aligned int64.
 const unlimitedV1 = 1 << 62
 
+// memory returns the cgroup's memory limit (capped at the host's memory)
+// and its use less the inactive file cache, in bytes.
 func (g *Group) memory() (limit, used uint64, err error) {
 	d := g.dirs.Memory
 	var usageFile, limitFile, inactiveKey string

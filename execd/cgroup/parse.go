@@ -53,6 +53,7 @@ func ParseMemberships(data string) ([]Membership, error) {
 	return ms, nil
 }
 
+// parseMembership parses one non-empty line of /proc/<pid>/cgroup.
 func parseMembership(line string) (Membership, error) {
 	id, rest, ok := strings.Cut(line, ":")
 	if !ok {
