@@ -36,6 +36,7 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /metrics", s.handle(s.getMetrics))
 	s.mux.Handle("GET /metrics/watch", s.handle(s.watchMetrics))
 
+	s.mux.Handle("/proxy/{$}", s.proxy()) // answers "port is required"
 	s.mux.Handle("/proxy/{port}", s.proxy())
 	s.mux.Handle("/proxy/{port}/{path...}", s.proxy())
 }
