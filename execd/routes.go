@@ -36,7 +36,8 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /metrics", s.handle(s.getMetrics))
 	s.mux.Handle("GET /metrics/watch", s.handle(s.watchMetrics))
 
-	s.mux.Handle("/proxy/{$}", s.proxy()) // answers "port is required"
-	s.mux.Handle("/proxy/{port}", s.proxy())
-	s.mux.Handle("/proxy/{port}/{path...}", s.proxy())
+	// Any method on /proxy/{port}[/{path...}] goes to the port proxy. It
+	// bypasses the mux, which would redirect paths it finds untidy
+	// ("//", "/./") where the proxy must forward them as they are.
+	s.proxyHandler = s.proxy()
 }

@@ -98,6 +98,8 @@ type Server struct {
 	ptys     *ptyTable
 	metrics  *metricsSampler
 
+	proxyHandler http.Handler
+
 	stop chan struct{}
 }
 
@@ -142,6 +144,10 @@ func (s *Server) Handler() http.Handler {
 // answers 404 both for an unknown path and for a known path with another
 // method.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/proxy" || strings.HasPrefix(r.URL.Path, "/proxy/") {
+		s.proxyHandler.ServeHTTP(w, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		http.NotFound(w, r)
 		return

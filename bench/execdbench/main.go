@@ -1,0 +1,510 @@
+// Command execdbench measures execd inside a real container against the
+// Docker engine doing the same work (docker exec, docker cp) on the same
+// container, in one run, and prints a table with the ratio of each row.
+//
+//	go run ./bench/execdbench [-mode full|quick] [-out bench/results]
+//
+// It needs a running Docker engine and the local images (make images).
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+)
+
+const execdPath = "/opt/opensandbox/bin/execd"
+
+type settings struct {
+	image       string
+	roundTrips  int // sequential `true` runs through execd
+	dockerExecs int // sequential `docker exec true` runs
+	streamBytes int64
+	fileBytes   int64
+	concurrency int
+}
+
+var modes = map[string]settings{
+	"full":  {image: "opensandbox/python:3.11", roundTrips: 1000, dockerExecs: 50, streamBytes: 100_000_000, fileBytes: 1 << 30, concurrency: 200},
+	"quick": {image: "opensandbox/python:3.11", roundTrips: 200, dockerExecs: 15, streamBytes: 20_000_000, fileBytes: 128 << 20, concurrency: 200},
+}
+
+// row is one line of the results table.
+type row struct {
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit"`
+	Value    float64 `json:"value"`
+	P99      float64 `json:"p99,omitempty"`
+	Baseline float64 `json:"baseline,omitempty"`
+	BaseP99  float64 `json:"baseline_p99,omitempty"`
+	BaseName string  `json:"baseline_name,omitempty"`
+	// Ratio is how many times better execd is than the baseline (for
+	// times: baseline/value; for rates: value/baseline).
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target string  `json:"target,omitempty"`
+	Note   string  `json:"note,omitempty"`
+}
+
+func main() {
+	mode := flag.String("mode", "full", "full or quick")
+	out := flag.String("out", "bench/results", "directory for the JSON results")
+	flag.Parse()
+	set, ok := modes[*mode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "execdbench: unknown mode %q\n", *mode)
+		os.Exit(2)
+	}
+	rows, err := runAll(set)
+	printTable(os.Stdout, *mode, rows)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "execdbench:", err)
+		os.Exit(1)
+	}
+	if err := writeJSON(*out, *mode, rows); err != nil {
+		fmt.Fprintln(os.Stderr, "execdbench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench holds the container under test and a client for its execd.
+type bench struct {
+	set    settings
+	cid    string
+	base   string
+	token  string
+	hc     *http.Client
+	tmp    string
+	stderr io.Writer
+}
+
+func runAll(set settings) (rows []row, err error) {
+	tmp, err := os.MkdirTemp("", "execdbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "execd")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/execd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build execd: %v\n%s", err, out)
+	}
+	var tok [16]byte
+	rand.Read(tok[:])
+	b := &bench{set: set, token: hex.EncodeToString(tok[:]), tmp: tmp, stderr: os.Stderr,
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}}
+	out, err := dockerOut("run", "-d", "--label", "osb-bench=1", "-p", "127.0.0.1::44772",
+		"-v", bin+":"+execdPath+":ro", "--entrypoint", execdPath, set.image,
+		"--access-token", b.token, "--", "sleep", "infinity")
+	if err != nil {
+		return nil, err
+	}
+	b.cid = strings.TrimSpace(out)
+	defer exec.Command("docker", "rm", "-f", b.cid).Run()
+	port, err := dockerOut("port", b.cid, "44772/tcp")
+	if err != nil {
+		return nil, err
+	}
+	b.base = "http://" + strings.TrimSpace(strings.Split(port, "\n")[0])
+	if err := b.waitReady(); err != nil {
+		return nil, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	idle, err := b.execdRSS()
+	if err != nil {
+		return nil, err
+	}
+
+	steps := []func() (row, error){
+		b.roundTrip,
+		func() (row, error) { return b.streaming(1000) },
+		func() (row, error) { return b.streaming(76) },
+		b.upload,
+		b.download,
+		b.concurrent,
+	}
+	for _, step := range steps {
+		r, err := step()
+		if err != nil {
+			return rows, err
+		}
+		fmt.Fprintf(b.stderr, "  %s: %.3g %s\n", r.Name, r.Value, r.Unit)
+		rows = append(rows, r)
+	}
+	time.Sleep(2 * time.Second)
+	after, err := b.execdRSS()
+	if err != nil {
+		return rows, err
+	}
+	rows = append(rows,
+		row{Name: "execd RSS, idle after start", Unit: "MB", Value: idle, Target: "< 15 MB"},
+		row{Name: "execd RSS, idle after the runs above", Unit: "MB", Value: after, Note: "Go returns freed heap to the OS lazily"},
+	)
+	return rows, nil
+}
+
+func dockerOut(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func (b *bench) req(method, path string, body io.Reader) *http.Request {
+	req, _ := http.NewRequest(method, b.base+path, body)
+	req.Header.Set(api.HeaderExecdToken, b.token)
+	return req
+}
+
+func (b *bench) waitReady() error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := b.hc.Do(b.req("GET", "/ping", nil))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+	}
+	return errors.New("execd did not answer")
+}
+
+// execdRSS reads execd's resident set size from the host's /proc.
+func (b *bench) execdRSS() (float64, error) {
+	out, err := dockerOut("inspect", "-f", "{{.State.Pid}}", b.cid)
+	if err != nil {
+		return 0, err
+	}
+	status, err := os.ReadFile("/proc/" + strings.TrimSpace(out) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1000, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// command runs a foreground command and consumes its stream, returning
+// the number of output bytes and the exit evalue ("0" on success).
+func (b *bench) command(cmd string) (int64, string, error) {
+	body, _ := json.Marshal(api.RunCommandRequest{Command: cmd})
+	resp, err := b.hc.Do(b.req("POST", "/command", bytes.NewReader(body)))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		data, _ := io.ReadAll(resp.Body)
+		return 0, "", fmt.Errorf("status %d: %s", resp.StatusCode, data)
+	}
+	dec := api.NewEventDecoder(resp.Body)
+	var n int64
+	exit := ""
+	for {
+		ev, err := dec.Next()
+		if err == io.EOF {
+			return n, exit, nil
+		}
+		if err != nil {
+			return n, exit, err
+		}
+		switch ev.Type {
+		case api.EventStdout, api.EventStderr:
+			n += int64(len(ev.Text)) + 1
+		case api.EventComplete:
+			exit = "0"
+		case api.EventError:
+			exit = ev.Error.EValue
+		}
+	}
+}
+
+func percentile(ds []time.Duration, p float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p)
+	return float64(s[i].Microseconds()) / 1000
+}
+
+func (b *bench) roundTrip() (row, error) {
+	for i := 0; i < 20; i++ { // warm up connections and caches
+		b.command("true")
+	}
+	var ours []time.Duration
+	for i := 0; i < b.set.roundTrips; i++ {
+		start := time.Now()
+		if _, exit, err := b.command("true"); err != nil || exit != "0" {
+			return row{}, fmt.Errorf("true through execd: exit %q, %v", exit, err)
+		}
+		ours = append(ours, time.Since(start))
+	}
+	var theirs []time.Duration
+	for i := 0; i < b.set.dockerExecs; i++ {
+		start := time.Now()
+		if _, err := dockerOut("exec", b.cid, "true"); err != nil {
+			return row{}, err
+		}
+		theirs = append(theirs, time.Since(start))
+	}
+	r := row{Name: "`true` round trip, p50 (p99)", Unit: "ms",
+		Value: percentile(ours, 0.5), P99: percentile(ours, 0.99),
+		Baseline: percentile(theirs, 0.5), BaseP99: percentile(theirs, 0.99), BaseName: "docker exec",
+		Target: "p50 < 3 ms, >= 20x faster"}
+	r.Ratio = r.Baseline / r.Value
+	return r, nil
+}
+
+// streaming prints streamBytes in lines of lineLen bytes.
+func (b *bench) streaming(lineLen int) (row, error) {
+	lines := b.set.streamBytes / int64(lineLen)
+	cmd := fmt.Sprintf("yes %s | head -n %d", strings.Repeat("x", lineLen-1), lines)
+	start := time.Now()
+	n, exit, err := b.command(cmd)
+	if err != nil || exit != "0" {
+		return row{}, fmt.Errorf("stream: exit %q, %v", exit, err)
+	}
+	ours := time.Since(start)
+	if n != lines*int64(lineLen) {
+		return row{}, fmt.Errorf("stream: got %d bytes, want %d", n, lines*int64(lineLen))
+	}
+	start = time.Now()
+	dc := exec.Command("docker", "exec", b.cid, "sh", "-c", cmd)
+	var count countingWriter
+	dc.Stdout = &count
+	if err := dc.Run(); err != nil {
+		return row{}, err
+	}
+	theirs := time.Since(start)
+	mb := float64(n) / 1e6
+	r := row{Name: fmt.Sprintf("stdout stream %d MB, %d-byte lines", int(mb), lineLen), Unit: "MB/s",
+		Value: mb / ours.Seconds(), Baseline: float64(count.n) / 1e6 / theirs.Seconds(), BaseName: "docker exec"}
+	if lineLen >= 1000 {
+		r.Target = ">= 200 MB/s"
+	} else {
+		r.Note = "one JSON event per line"
+	}
+	r.Ratio = r.Value / r.Baseline
+	return r, nil
+}
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// pattern is a reader of n pseudo-random-looking bytes that costs nothing
+// to produce.
+type pattern struct {
+	n, off int64
+	block  []byte
+}
+
+func newPattern(n int64) *pattern {
+	block := make([]byte, 1<<20)
+	rand.Read(block)
+	return &pattern{n: n, block: block}
+}
+
+func (p *pattern) Read(b []byte) (int, error) {
+	if p.off >= p.n {
+		return 0, io.EOF
+	}
+	k := copy(b, p.block[p.off%int64(len(p.block)):])
+	k = int(min(int64(k), p.n-p.off))
+	p.off += int64(k)
+	return k, nil
+}
+
+func (b *bench) upload() (row, error) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		h := make(map[string][]string)
+		h["Content-Disposition"] = []string{`form-data; name="metadata"; filename="metadata"`}
+		h["Content-Type"] = []string{"application/json"}
+		part, _ := mw.CreatePart(h)
+		part.Write([]byte(`{"path":"/tmp/bench.bin","mode":644}`))
+		fp, _ := mw.CreateFormFile("file", "bench.bin")
+		buf := make([]byte, 1<<20)
+		io.CopyBuffer(fp, newPattern(b.set.fileBytes), buf)
+		pw.CloseWithError(mw.Close())
+	}()
+	req := b.req("POST", "/files/upload", pr)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	start := time.Now()
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return row{}, err
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return row{}, fmt.Errorf("upload: %d %s", resp.StatusCode, data)
+	}
+	ours := time.Since(start)
+
+	local := filepath.Join(b.tmp, "bench.bin")
+	f, err := os.Create(local)
+	if err != nil {
+		return row{}, err
+	}
+	io.CopyBuffer(f, newPattern(b.set.fileBytes), make([]byte, 1<<20))
+	f.Close()
+	start = time.Now()
+	if _, err := dockerOut("cp", local, b.cid+":/tmp/bench-cp.bin"); err != nil {
+		return row{}, err
+	}
+	theirs := time.Since(start)
+	os.Remove(local)
+	mb := float64(b.set.fileBytes) / 1e6
+	r := row{Name: fmt.Sprintf("upload %d MiB", b.set.fileBytes>>20), Unit: "MB/s",
+		Value: mb / ours.Seconds(), Baseline: mb / theirs.Seconds(), BaseName: "docker cp in",
+		Target: ">= 500 MB/s", Note: "includes fsync"}
+	r.Ratio = r.Value / r.Baseline
+	return r, nil
+}
+
+func (b *bench) download() (row, error) {
+	start := time.Now()
+	resp, err := b.hc.Do(b.req("GET", "/files/download?path=/tmp/bench.bin", nil))
+	if err != nil {
+		return row{}, err
+	}
+	n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 1<<20))
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || n != b.set.fileBytes {
+		return row{}, fmt.Errorf("download: status %d, %d bytes, %v", resp.StatusCode, n, err)
+	}
+	ours := time.Since(start)
+	local := filepath.Join(b.tmp, "bench-out.bin")
+	start = time.Now()
+	if _, err := dockerOut("cp", b.cid+":/tmp/bench-cp.bin", local); err != nil {
+		return row{}, err
+	}
+	theirs := time.Since(start)
+	os.Remove(local)
+	b.command("rm -f /tmp/bench.bin /tmp/bench-cp.bin")
+	mb := float64(b.set.fileBytes) / 1e6
+	r := row{Name: fmt.Sprintf("download %d MiB", b.set.fileBytes>>20), Unit: "MB/s",
+		Value: mb / ours.Seconds(), Baseline: mb / theirs.Seconds(), BaseName: "docker cp out", Target: ">= 500 MB/s"}
+	r.Ratio = r.Value / r.Baseline
+	return r, nil
+}
+
+// concurrent starts `concurrency` commands at once, through execd and
+// through docker exec.
+func (b *bench) concurrent() (row, error) {
+	run := func(one func(i int) error) (time.Duration, []time.Duration, int) {
+		var mu sync.Mutex
+		var lat []time.Duration
+		errs := 0
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := 0; i < b.set.concurrency; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.Now()
+				err := one(i)
+				mu.Lock()
+				defer mu.Unlock()
+				lat = append(lat, time.Since(t))
+				if err != nil {
+					errs++
+					if errs <= 3 {
+						fmt.Fprintln(b.stderr, "  concurrent error:", err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start), lat, errs
+	}
+	ourWall, ourLat, ourErrs := run(func(i int) error {
+		n, exit, err := b.command("echo " + strconv.Itoa(i))
+		if err == nil && (exit != "0" || n != int64(len(strconv.Itoa(i))+1)) {
+			err = fmt.Errorf("command %d: exit %q, %d bytes", i, exit, n)
+		}
+		return err
+	})
+	theirWall, theirLat, theirErrs := run(func(i int) error {
+		out, err := dockerOut("exec", b.cid, "echo", strconv.Itoa(i))
+		if err == nil && strings.TrimSpace(out) != strconv.Itoa(i) {
+			err = fmt.Errorf("docker exec %d: %q", i, out)
+		}
+		return err
+	})
+	r := row{Name: fmt.Sprintf("%d concurrent commands: wall (p99)", b.set.concurrency), Unit: "ms",
+		Value: float64(ourWall.Milliseconds()), P99: percentile(ourLat, 0.99),
+		Baseline: float64(theirWall.Milliseconds()), BaseP99: percentile(theirLat, 0.99), BaseName: "docker exec",
+		Target: "zero errors", Note: fmt.Sprintf("errors: execd %d, docker exec %d", ourErrs, theirErrs)}
+	r.Ratio = r.Baseline / r.Value
+	if ourErrs > 0 {
+		return r, fmt.Errorf("%d of %d concurrent commands failed", ourErrs, b.set.concurrency)
+	}
+	return r, nil
+}
+
+func printTable(w io.Writer, mode string, rows []row) {
+	fmt.Fprintf(w, "\nexecd benchmark (%s), %s\n\n", mode, time.Now().Format("2006-01-02 15:04"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\texecd\tbaseline\tratio\ttarget\tnote")
+	fmt.Fprintln(tw, "-------\t-----\t--------\t-----\t------\t----")
+	for _, r := range rows {
+		ours := fmt.Sprintf("%.3g %s", r.Value, r.Unit)
+		if r.P99 != 0 {
+			ours = fmt.Sprintf("%.3g (%.3g) %s", r.Value, r.P99, r.Unit)
+		}
+		base, ratio := "-", "-"
+		if r.BaseName != "" {
+			base = fmt.Sprintf("%.3g %s [%s]", r.Baseline, r.Unit, r.BaseName)
+			if r.BaseP99 != 0 {
+				base = fmt.Sprintf("%.3g (%.3g) %s [%s]", r.Baseline, r.BaseP99, r.Unit, r.BaseName)
+			}
+			ratio = fmt.Sprintf("%.1fx", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, base, ratio, r.Target, r.Note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nratio: how many times better execd is than the baseline (time: baseline/execd; rate: execd/baseline)")
+}
+
+func writeJSON(dir, mode string, rows []row) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	doc := map[string]any{"benchmark": "execd", "mode": mode, "time": time.Now().UTC().Format(time.RFC3339), "host": host, "rows": rows}
+	data, _ := json.MarshalIndent(doc, "", "  ")
+	path := filepath.Join(dir, "execd-"+mode+".json")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("results written to", path)
+	return nil
+}
