@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -182,5 +183,56 @@ func TestConcurrentCommandsInContainer(t *testing.T) {
 		if e := <-errs; e != "" {
 			t.Errorf("command: %s", e)
 		}
+	}
+}
+
+// TestMetricsFromContainerCgroup: the figures are the container's limits
+// and use, not the host's.
+func TestMetricsFromContainerCgroup(t *testing.T) {
+	c := startContainer(t, pythonImage, []string{"--memory", "256m", "--cpus", "0.5"}, "sleep", "infinity")
+	var m api.Metrics
+	start := time.Now()
+	c.call("GET", "/metrics", nil, 200, &m)
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("/metrics took %v", d)
+	}
+	if m.MemTotalMiB != 256 || m.CPUCount != 0.5 || m.MemUsedMiB <= 0 || m.MemUsedMiB > 256 {
+		t.Fatalf("metrics %+v, want 256 MiB total and 0.5 CPU", m)
+	}
+	// Allocate 100 MiB inside the container and watch the figure follow.
+	bg := c.stream("/command", api.RunCommandRequest{Command: `python3 -c 'import time; b = bytearray(100 << 20); b[::4096] = b"x" * len(b[::4096]); time.sleep(30)'`, Background: true})
+	defer c.call("DELETE", "/command?id="+bg.id, nil, 200, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var after api.Metrics
+		c.call("GET", "/metrics", nil, 200, &after)
+		if after.MemUsedMiB >= m.MemUsedMiB+90 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory used stayed at %.1f MiB (from %.1f) with 100 MiB allocated", after.MemUsedMiB, m.MemUsedMiB)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestProxyToServerInContainer reaches an HTTP server inside the
+// container through execd's port proxy.
+func TestProxyToServerInContainer(t *testing.T) {
+	c := startContainer(t, pythonImage, nil, "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/etc")
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp := c.request("GET", "/proxy/8000/hostname", nil)
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy: %d %s", resp.StatusCode, body)
+		}
+	}
+	if want := c.mustRun("cat /etc/hostname"); strings.TrimSpace(string(body)) != want {
+		t.Fatalf("proxied body %q, want %q", body, want)
 	}
 }
