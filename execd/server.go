@@ -142,12 +142,13 @@ func (s *Server) Handler() http.Handler {
 // answers 404 both for an unknown path and for a known path with another
 // method.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	h, pattern := s.mux.Handler(r)
-	if pattern == "" {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
 		http.NotFound(w, r)
 		return
 	}
-	h.ServeHTTP(w, r)
+	// Only ServeHTTP sets the request's path values (r.PathValue); the
+	// handler returned by Handler would see them empty.
+	s.mux.ServeHTTP(w, r)
 }
 
 // handle adapts a handler that returns an error: errors become JSON
