@@ -35,9 +35,9 @@ type Event struct {
 	// ExecutionTime is in milliseconds.
 	ExecutionTime int64 `json:"execution_time,omitempty"`
 	// Timestamp is in Unix milliseconds.
-	Timestamp int64          `json:"timestamp"`
-	Results   map[string]any `json:"results,omitempty"`
-	Error     *ExecutionError    `json:"error,omitempty"`
+	Timestamp int64           `json:"timestamp"`
+	Results   map[string]any  `json:"results,omitempty"`
+	Error     *ExecutionError `json:"error,omitempty"`
 }
 
 // ExecutionError is the payload of an "error" event.
