@@ -535,6 +535,45 @@ func TestPTYTakeover(t *testing.T) {
 	b.shell(`echo "x=$X"`, "x=42")
 }
 
+// TestPTYTakeoverStuckClient takes over from a client that never lets go:
+// after takeoverWait it is cut off, and the output it held up flows to the
+// new client.
+func TestPTYTakeoverStuckClient(t *testing.T) {
+	s, tc := newTestServer(t, nil)
+	setTimings(s, func(tm *ptyTimings) { tm.takeoverWait = 200 * time.Millisecond })
+	id := createPTY(t, tc, nil)
+	a := dialPTY(t, tc, id, "")
+	a.shell("echo a-$((1))", "a-1")
+	a.conn.Close(websocket.StatusNormalClosure, "")
+	waitDetached(t, s, id)
+
+	// A client that takes nothing from its queue and ignores the request
+	// to give way.
+	sess := session(t, s, id)
+	stuck := &ptyClient{sess: sess, out: make(chan ptyItem), kick: make(chan struct{}), gone: make(chan struct{})}
+	sess.mu.Lock()
+	sess.client = stuck
+	sess.mu.Unlock()
+	if err := sess.writeStdin([]byte("echo held-$((2))\n"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	tc.wantError(http.MethodGet, "/pty/"+id+"/ws", nil, http.StatusConflict, api.CodeAlreadyConnected)
+
+	start := time.Now()
+	b := dialPTY(t, tc, id, "?takeover=1")
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("takeover of a stuck client after %v, want the 200ms wait", d)
+	}
+	if !stuck.detached() {
+		t.Fatalf("stuck client still attached")
+	}
+	b.shell("echo b-$((3))", "b-3")
+	// The held-up output came in the replay or live, once.
+	if n := strings.Count(string(b.stream), "held-2"); n != 1 {
+		t.Fatalf("new client saw held-2 %d times in %q", n, b.stream)
+	}
+}
+
 func TestPTYPipeMode(t *testing.T) {
 	_, tc := newTestServer(t, nil)
 	t.Run("interactive", func(t *testing.T) {

@@ -267,7 +267,12 @@ func (c *ptyClient) attach(s *Server, since int64, pipe, takeover bool) (ptyAtta
 		select {
 		case <-old.gone:
 		case <-t.C:
-			sess.detach(old) // it did not let go in time: cut it off
+			// It did not let go in time (its writer may be stuck on a
+			// peer that reads nothing): cut it off.
+			sess.detach(old)
+			if old.conn != nil {
+				old.conn.CloseNow()
+			}
 		}
 		t.Stop()
 	}
