@@ -188,8 +188,9 @@ func (sess *ptySession) expired(now time.Time, idle, exited time.Duration) bool 
 }
 
 // kill marks the session removed and sends SIGKILL to its shell's process
-// group (and to the terminal's foreground job). It returns the process,
-// nil when the shell never started.
+// group (and to the terminal's foreground job), which after the shell's
+// exit still reaches the jobs it left behind. It returns the process, nil
+// when the shell never started.
 func (sess *ptySession) kill() *process.Process {
 	sess.mu.Lock()
 	sess.removed = true
