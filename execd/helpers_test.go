@@ -18,7 +18,7 @@ const testToken = "test-token"
 
 // newTestServer starts an execd server on loopback for one test and returns
 // a client for it. mod, when not nil, adjusts the config first.
-func newTestServer(t *testing.T, mod func(*Config)) (*Server, *testClient) {
+func newTestServer(t testing.TB, mod func(*Config)) (*Server, *testClient) {
 	t.Helper()
 	cfg := Config{
 		AccessToken: testToken,
@@ -43,7 +43,7 @@ func newTestServer(t *testing.T, mod func(*Config)) (*Server, *testClient) {
 // testClient calls the API under test and fails the test on transport
 // errors.
 type testClient struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 	hc    *http.Client

@@ -152,8 +152,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	s.mux.ServeHTTP(w, r) // sets the path values that Handler does not
-
+	// Only ServeHTTP sets the request's path values (r.PathValue); the
+	// handler returned by Handler would see them empty.
+	s.mux.ServeHTTP(w, r)
 }
 
 // handle adapts a handler that returns an error: errors become JSON

@@ -21,15 +21,15 @@ func lookPath(name string, env []string) (string, error) {
 		}
 		return name, nil
 	}
-	path := defaultPath
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
+	path := lookupEnv(env, "PATH")
+	if path == "" {
+		path = defaultPath
 	}
 	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
+		// Relative entries would depend on the working directory of
+		// whoever asks; a shell started by execd never searches them.
+		if !filepath.IsAbs(dir) {
+			continue
 		}
 		p := filepath.Join(dir, name)
 		if checkExecutable(p) == nil {
@@ -44,7 +44,7 @@ func checkExecutable(p string) error {
 	if err != nil {
 		return err
 	}
-	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 		return &os.PathError{Op: "exec", Path: p, Err: syscall.EACCES}
 	}
 	return nil
@@ -76,6 +76,17 @@ func commandLine(command string, env []string) (path string, argv []string, err 
 }
 
 var errNoShell = errors.New("no shell (bash or sh) in this image")
+
+// lookupEnv returns the value of name in env, the last one if it is set
+// more than once, as execve's consumers read it.
+func lookupEnv(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
 
 // splitWords splits a command into words as a shell would for a simple
 // command: blanks separate words, single quotes keep everything, double

@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
@@ -307,13 +305,3 @@ func (s ExitState) String() string {
 
 // Success reports a zero exit status.
 func (s ExitState) Success() bool { return s.Code == 0 }
-
-// ErrNoShell is returned for a command that needs a shell where the image
-// has none.
-var ErrNoShell = errors.New("no shell (bash or sh) in this image")
-
-// StartError wraps a failure to start a process.
-type StartError struct{ Err error }
-
-func (e *StartError) Error() string { return fmt.Sprintf("start process: %v", e.Err) }
-func (e *StartError) Unwrap() error { return e.Err }
