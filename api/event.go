@@ -90,6 +90,15 @@ func appendJSONValue(b []byte, v any) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plainASCII marks the ASCII bytes that appear in a JSON string as they
+// are; the others are escaped as encoding/json escapes them.
+var plainASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string the way encoding/json does:
 // invalid UTF-8 becomes U+FFFD, and <, >, &, U+2028 and U+2029 are escaped.
 func appendJSONString(b []byte, s string) []byte {
@@ -98,7 +107,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if plainASCII[c] {
 				i++
 				continue
 			}

@@ -52,6 +52,9 @@ func (d *EventDecoder) Next() (Event, error) {
 		if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			line = bytes.TrimLeft(rest, " ")
 		}
+		if ev, ok := decodeFast(line); ok && ev.Type != "" {
+			return ev, nil
+		}
 		var ev struct {
 			Event
 			Code    string `json:"code"`
