@@ -183,10 +183,10 @@ func (sess *ptySession) expired(now time.Time, idle, exited time.Duration) bool 
 	return idle > 0 && now.Sub(sess.idleSince) >= idle
 }
 
-// kill marks the session removed and sends SIGKILL to its shell's process
-// group (and to the terminal's foreground job), which after the shell's
-// exit still reaches the jobs it left behind. It returns the process, nil
-// when the shell never started.
+// kill marks the session removed and sends SIGKILL to every process of the
+// shell's session: its own group, the terminal's foreground job, and the
+// background jobs, which an interactive shell puts in groups of their own.
+// It returns the process, nil when the shell never started.
 func (sess *ptySession) kill() *process.Process {
 	sess.mu.Lock()
 	sess.removed = true
@@ -198,6 +198,11 @@ func (sess *ptySession) kill() *process.Process {
 	sess.mu.Unlock()
 	for _, pgid := range targets {
 		killGroup(pgid, syscall.SIGKILL)
+	}
+	if proc != nil {
+		// Background jobs of an interactive shell have groups of their
+		// own; the session holds them all.
+		process.SignalSession(proc.Pid(), syscall.SIGKILL)
 	}
 	return proc
 }

@@ -730,6 +730,12 @@ func TestPTYDelete(t *testing.T) {
 	s, tc := newTestServer(t, nil)
 	id := createPTY(t, tc, nil)
 	p := dialPTY(t, tc, id, "")
+	// A background job runs in a process group of its own too.
+	p.shell(`sleep 200 & echo "bg-$!-end"`, "-end\r\n")
+	var bg int
+	if _, err := fmt.Sscanf(string(p.stdout[strings.LastIndex(string(p.stdout), "bg-"):]), "bg-%d-", &bg); err != nil {
+		t.Fatalf("background job pid in %q: %v", p.stdout, err)
+	}
 	// A foreground job runs in its own process group.
 	p.shell(`bash -c 'echo "job-$$-"; exec sleep 100'`, "-\r\n")
 	var job int
@@ -745,6 +751,7 @@ func TestPTYDelete(t *testing.T) {
 		t.Fatalf("shell %d still exists after DELETE", shell)
 	}
 	waitFor(t, "the foreground job to be killed", func() bool { return len(liveMembers(job)) == 0 })
+	waitFor(t, "the background job to be killed", func() bool { return len(liveMembers(bg)) == 0 })
 	p.wantExit(128 + int(syscall.SIGKILL))
 	tc.wantError(http.MethodGet, "/pty/"+id, nil, http.StatusNotFound, api.CodeContextNotFound)
 	tc.wantError(http.MethodDelete, "/pty/"+id, nil, http.StatusNotFound, api.CodeContextNotFound)
