@@ -1,7 +1,6 @@
 package execd
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,8 +11,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/opensandbox/opensandbox/api"
 )
 
 // Benchmarks move files through real HTTP on loopback. EXECD_BENCH_MIB sets
@@ -143,6 +140,3 @@ func BenchmarkDownload(b *testing.B) {
 		}
 	}
 }
-
-var _ = sha256.New
-var _ = api.CodeUnknown

@@ -35,11 +35,13 @@ var errInvalidRange = errors.New("invalid range")
 // remains the error is errRangeNotSatisfiable. A malformed header gives an
 // error wrapping errInvalidRange. Overlapping ranges are kept as asked.
 //
-// It accepts what net/http's ServeContent accepts, with four differences
-// that follow the RFC: the unit name is case-insensitive; positions are
-// plain digits (no sign); a position too large for int64 lies past any
-// file rather than being an error; and a zero-length suffix ("-0") is
-// unsatisfiable rather than an empty range.
+// It accepts what net/http's ServeContent accepts, with differences that
+// follow the RFC: the unit name is case-insensitive; positions are plain
+// digits (no sign); a position too large for int64 lies past any file
+// rather than being an error; a zero-length suffix ("-0") is
+// unsatisfiable rather than an empty range; and a range that starts past
+// the end of the file must still be well formed ("50-x" is invalid, not
+// skipped).
 func parseRange(header string, size int64) ([]byteRange, error) {
 	if header == "" {
 		return nil, nil

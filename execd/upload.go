@@ -2,6 +2,7 @@ package execd
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) (retErr error) {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
 	}
-	mr, err := multipartReader(r)
+	body, err := newMultipartBody(r)
 	if err != nil {
 		return httpx.Errorf(http.StatusBadRequest, api.CodeInvalidFile, "multipart form is empty: %w", err)
 	}
@@ -68,7 +69,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) (retErr error) {
 			u.abort()
 		}
 	}()
-	if err := u.read(mr); err != nil {
+	if err := u.read(body); err != nil {
 		return u.classify(err)
 	}
 	if err := u.commit(); err != nil {
@@ -77,10 +78,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) (retErr error) {
 	return nil
 }
 
-// multipartReader is r.MultipartReader with a large read buffer under
-// the multipart parser, which itself reads in small pieces: the body then
-// arrives in few large reads instead of one system call per 4 KiB.
-func multipartReader(r *http.Request) (*multipart.Reader, error) {
+// multipartBody reads a multipart request body as r.MultipartReader
+// would, and also tells a body that ended properly from one cut short.
+type multipartBody struct {
+	*multipart.Reader
+	tail  *tailReader
+	final []byte // "\n--boundary--", the start of the close delimiter
+}
+
+// newMultipartBody puts a large read buffer under the multipart parser,
+// which itself reads in small pieces: the body then arrives in few large
+// reads instead of one system call per 4 KiB.
+func newMultipartBody(r *http.Request) (*multipartBody, error) {
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		return nil, err
@@ -92,8 +101,59 @@ func multipartReader(r *http.Request) (*multipart.Reader, error) {
 	if boundary == "" {
 		return nil, http.ErrMissingBoundary
 	}
-	return multipart.NewReader(bufio.NewReaderSize(r.Body, readBufferSize), boundary), nil
+	tail := &tailReader{r: r.Body}
+	return &multipartBody{
+		Reader: multipart.NewReader(bufio.NewReaderSize(tail, readBufferSize), boundary),
+		tail:   tail,
+		final:  []byte("\n--" + boundary + "--"),
+	}, nil
 }
+
+// complete reports whether the body seen so far holds its close
+// delimiter. NextPart returns a bare io.EOF both at the close delimiter
+// and when the body ends inside a part's header, so io.EOF alone does not
+// prove that the client sent everything. Content cannot contain the
+// delimiter (it would end the part), so finding it near the end of the
+// stream can: nothing but the short epilogue can follow it.
+func (b *multipartBody) complete() bool {
+	t := b.tail.bytes()
+	if !b.tail.eof {
+		return true // stopped at the close delimiter, before the end of the body
+	}
+	return bytes.Contains(t, b.final) || (b.tail.n == int64(len(t)) && bytes.HasPrefix(t, b.final[1:]))
+}
+
+// tailSize is how much of the end of an upload body is kept to check its
+// close delimiter; an epilogue longer than this is taken for truncation.
+const tailSize = 8 << 10
+
+// tailReader remembers the last tailSize bytes read through it and
+// whether the underlying reader has ended.
+type tailReader struct {
+	r   io.Reader
+	buf [tailSize]byte
+	len int
+	n   int64 // bytes read in all
+	eof bool
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	t.n += int64(n)
+	if n >= tailSize {
+		t.len = copy(t.buf[:], p[n-tailSize:n])
+	} else if n > 0 {
+		keep := min(t.len, tailSize-n)
+		copy(t.buf[:], t.buf[t.len-keep:t.len])
+		t.len = keep + copy(t.buf[keep:], p[:n])
+	}
+	if err == io.EOF {
+		t.eof = true
+	}
+	return n, err
+}
+
+func (t *tailReader) bytes() []byte { return t.buf[:t.len] }
 
 func tooLarge(max int64) error {
 	return httpx.Errorf(http.StatusRequestEntityTooLarge, api.CodeRequestTooLarge, "request body larger than %d bytes", max)
@@ -145,10 +205,13 @@ func (u *uploadBatch) classify(err error) error {
 }
 
 // read consumes the whole body, writing file parts to temporary files.
-func (u *uploadBatch) read(mr *multipart.Reader) error {
+func (u *uploadBatch) read(body *multipartBody) error {
 	for {
-		part, err := mr.NextPart()
+		part, err := body.NextPart()
 		if err == io.EOF {
+			if !body.complete() {
+				return &bodyError{io.ErrUnexpectedEOF}
+			}
 			break
 		}
 		if err != nil {
