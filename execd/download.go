@@ -72,9 +72,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", contentDisposition(filepath.Base(path)))
-	sr := new(http.Request)
-	*sr = *r
-	sr.Header = r.Header.Clone()
+	sr := r.Clone(r.Context())
 	sr.Header.Del("If-Range") // decided above
 	if len(ranges) == 0 {
 		sr.Header.Del("Range")

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/execd/fsops"
 	"github.com/opensandbox/opensandbox/internal/httpx"
@@ -130,22 +132,22 @@ const tailSize = 8 << 10
 // tailReader remembers the last tailSize bytes read through it and
 // whether the underlying reader has ended.
 type tailReader struct {
-	r   io.Reader
-	buf [tailSize]byte
-	len int
-	n   int64 // bytes read in all
-	eof bool
+	r    io.Reader
+	buf  [tailSize]byte
+	kept int   // bytes of buf in use
+	n    int64 // bytes read in all
+	eof  bool
 }
 
 func (t *tailReader) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	t.n += int64(n)
 	if n >= tailSize {
-		t.len = copy(t.buf[:], p[n-tailSize:n])
+		t.kept = copy(t.buf[:], p[n-tailSize:n])
 	} else if n > 0 {
-		keep := min(t.len, tailSize-n)
-		copy(t.buf[:], t.buf[t.len-keep:t.len])
-		t.len = keep + copy(t.buf[keep:], p[:n])
+		keep := min(t.kept, tailSize-n)
+		copy(t.buf[:], t.buf[t.kept-keep:t.kept])
+		t.kept = keep + copy(t.buf[keep:], p[:n])
 	}
 	if err == io.EOF {
 		t.eof = true
@@ -153,7 +155,7 @@ func (t *tailReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (t *tailReader) bytes() []byte { return t.buf[:t.len] }
+func (t *tailReader) bytes() []byte { return t.buf[:t.kept] }
 
 func tooLarge(max int64) error {
 	return httpx.Errorf(http.StatusRequestEntityTooLarge, api.CodeRequestTooLarge, "request body larger than %d bytes", max)
@@ -444,14 +446,28 @@ func (u *uploadBatch) abort() {
 	fsops.RemoveCreated(u.created)
 }
 
+// writebackChunk is how much of an upload is written before the kernel is
+// asked to start writing it to disk, so that the fsync at the end of the
+// file finds little left to do.
+const writebackChunk = 8 << 20
+
 // copyPart copies a part to f in writes of len(buf) bytes, except for the
-// last. Read errors are *bodyError.
+// last, starting write-back every writebackChunk bytes. Read errors are
+// *bodyError.
 func copyPart(f *os.File, part io.Reader, buf []byte) error {
+	var written, flushed int64
 	for {
 		n, rerr := fill(part, buf)
 		if n > 0 {
 			if _, err := f.Write(buf[:n]); err != nil {
 				return err
+			}
+			written += int64(n)
+			if written-flushed >= writebackChunk {
+				// Only a hint: file systems that do not support it
+				// still sync at the end.
+				unix.SyncFileRange(int(f.Fd()), flushed, written-flushed, unix.SYNC_FILE_RANGE_WRITE)
+				flushed = written
 			}
 		}
 		if rerr == io.EOF {
