@@ -72,10 +72,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) (retErr error) {
 		}
 	}()
 	if err := u.read(body); err != nil {
-		return u.classify(err)
+		return uploadError(err)
 	}
 	if err := u.commit(); err != nil {
-		return u.classify(err)
+		return uploadError(err)
 	}
 	return nil
 }
@@ -111,12 +111,13 @@ func newMultipartBody(r *http.Request) (*multipartBody, error) {
 	}, nil
 }
 
-// complete reports whether the body seen so far holds its close
-// delimiter. NextPart returns a bare io.EOF both at the close delimiter
-// and when the body ends inside a part's header, so io.EOF alone does not
-// prove that the client sent everything. Content cannot contain the
-// delimiter (it would end the part), so finding it near the end of the
-// stream can: nothing but the short epilogue can follow it.
+// complete reports whether the body holds its close delimiter, to be
+// asked when NextPart returns io.EOF. NextPart returns a bare io.EOF both
+// at the close delimiter and when the body ends inside a part's header,
+// so io.EOF alone does not prove that the client sent everything. Part
+// content cannot hold the delimiter (it would end the part), and only the
+// epilogue may follow it, so when the body has ended its last bytes must
+// contain it.
 func (b *multipartBody) complete() bool {
 	t := b.tail.bytes()
 	if !b.tail.eof {
@@ -174,24 +175,18 @@ type uploadTarget struct {
 	a    attrs
 }
 
-// uploadFile is the content of one file part, in a temporary file.
-type uploadFile struct {
-	tmp    string
-	staged bool // in execd's private directory: its target is not known yet
-}
-
 // uploadBatch holds the state of one upload request.
 type uploadBatch struct {
 	s       *Server
 	buf     []byte
 	targets []uploadTarget  // by metadata part, in order
-	files   []uploadFile    // by file part, in order
+	files   []string        // temporary file of each file part, in order
 	temps   map[string]bool // every temporary file still on disk
 	created []string        // directories created for targets, outermost first
 }
 
-// classify turns an upload failure into its answer.
-func (u *uploadBatch) classify(err error) error {
+// uploadError turns an upload failure into its answer.
+func uploadError(err error) error {
 	var he *httpx.Error
 	var mbe *http.MaxBytesError
 	var be *bodyError
@@ -313,7 +308,7 @@ func (u *uploadBatch) addFile(part *multipart.Part) (retErr error) {
 		return err
 	}
 	u.temps[f.Name()] = true
-	u.files = append(u.files, uploadFile{tmp: f.Name(), staged: staged})
+	u.files = append(u.files, f.Name())
 	defer func() {
 		if retErr != nil {
 			f.Close()
@@ -331,7 +326,7 @@ func (u *uploadBatch) addFile(part *multipart.Part) (retErr error) {
 // place moves the staged file i next to its target and finishes it.
 func (u *uploadBatch) place(i int) error {
 	dir := filepath.Dir(u.targets[i].path)
-	staged := u.files[i].tmp
+	staged := u.files[i]
 	tmp := fsops.TempName(dir)
 	err := fsops.RenameNoReplace(staged, tmp)
 	if errors.Is(err, syscall.EXDEV) {
@@ -343,7 +338,7 @@ func (u *uploadBatch) place(i int) error {
 	u.temps[tmp] = true
 	delete(u.temps, staged)
 	os.Remove(staged) // still there after a copy
-	u.files[i] = uploadFile{tmp: tmp}
+	u.files[i] = tmp
 	f, err := os.Open(tmp)
 	if err != nil {
 		return err
@@ -418,7 +413,7 @@ func (u *uploadBatch) finish(f *os.File, t uploadTarget) error {
 func (u *uploadBatch) commit() error {
 	dirs := make(map[string]bool)
 	for i, t := range u.targets {
-		tmp := u.files[i].tmp
+		tmp := u.files[i]
 		if err := os.Rename(tmp, t.path); err != nil {
 			return fmt.Errorf("replace %s: %w", t.path, err)
 		}
