@@ -3,6 +3,6 @@ module github.com/opensandbox/opensandbox
 go 1.26.0
 
 require (
-	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/bmatcuk/doublestar/v4 v4.10.4
+	golang.org/x/sys v0.50.0
 )
