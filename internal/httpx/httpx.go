@@ -96,7 +96,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, max int64, option
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeInvalidRequestBody,
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeRequestTooLarge,
 				Message: fmt.Sprintf("request body larger than %d bytes", max)}
 		}
 		return Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "read request body: %w", err)
