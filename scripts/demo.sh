@@ -36,7 +36,7 @@ curl -sS -N "${auth[@]}" "$base/command" \
 
 echo "== a bash session keeps its state between runs"
 sid=$(curl -sS "${auth[@]}" -X POST "$base/session" | sed -E 's/.*"session_id":"([^"]+)".*/\1/')
-curl -sS -N "${auth[@]}" "$base/session/$sid/run" -d '{"command":"greet() { echo hello from $1; }; cd /tmp"}' >/dev/null
+curl -sS -N "${auth[@]}" "$base/session/$sid/run" -d '{"command":"greet() { echo hello from $*; }; cd /tmp"}' >/dev/null
 curl -sS -N "${auth[@]}" "$base/session/$sid/run" -d '{"command":"greet the session; pwd"}' | grep '"stdout"'
 
 echo
