@@ -14,7 +14,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opensandbox/opensandbox/execd/process"
@@ -100,6 +102,8 @@ type Server struct {
 
 	proxyHandler http.Handler
 
+	requests atomic.Uint64 // requests served, for the janitor
+
 	stop chan struct{}
 }
 
@@ -144,6 +148,7 @@ func (s *Server) Handler() http.Handler {
 // answers 404 both for an unknown path and for a known path with another
 // method.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
 	if r.URL.Path == "/proxy" || strings.HasPrefix(r.URL.Path, "/proxy/") {
 		s.proxyHandler.ServeHTTP(w, r)
 		return
@@ -173,10 +178,13 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 	})
 }
 
-// janitor evicts finished records and idle sessions.
+// janitor evicts finished records and idle sessions, and gives memory
+// back to the system once a burst of requests is over, so an idle sandbox
+// costs its host as little as possible.
 func (s *Server) janitor() {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
+	var seen, busy uint64
 	for {
 		select {
 		case <-s.stop:
@@ -184,6 +192,14 @@ func (s *Server) janitor() {
 		case now := <-t.C:
 			s.commands.evict(now)
 			s.ptys.evict(now, s.cfg.PTYIdleTimeout, s.cfg.PTYExitedTTL)
+			n := s.requests.Load()
+			if n == seen && busy != seen {
+				// A whole tick without requests after some: return the
+				// heap the burst left (a few milliseconds for this heap).
+				debug.FreeOSMemory()
+				busy = seen
+			}
+			seen = n
 		}
 	}
 }

@@ -113,6 +113,7 @@ func runAll(set settings) (rows []row, err error) {
 	b := &bench{set: set, token: hex.EncodeToString(tok[:]), tmp: tmp, stderr: os.Stderr,
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}}
 	out, err := dockerOut("run", "-d", "--label", "osb-bench=1", "-p", "127.0.0.1::44772",
+		"--tmpfs", fmt.Sprintf("/scratch:size=%d", 2*set.fileBytes+64<<20),
 		"-v", bin+":"+execdPath+":ro", "--entrypoint", execdPath, set.image,
 		"--access-token", b.token, "--", "sleep", "infinity")
 	if err != nil {
@@ -138,7 +139,8 @@ func runAll(set settings) (rows []row, err error) {
 		b.roundTrip,
 		func() (row, error) { return b.streaming(1000) },
 		func() (row, error) { return b.streaming(76) },
-		b.upload,
+		func() (row, error) { return b.upload("/tmp", "the container's disk (overlay), fsync included") },
+		func() (row, error) { return b.upload("/scratch", "a tmpfs in the container: no disk in the way") },
 		b.download,
 		b.concurrent,
 	}
@@ -150,14 +152,14 @@ func runAll(set settings) (rows []row, err error) {
 		fmt.Fprintf(b.stderr, "  %s: %.3g %s\n", r.Name, r.Value, r.Unit)
 		rows = append(rows, r)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(25 * time.Second) // two janitor ticks: the heap of the runs is returned
 	after, err := b.execdRSS()
 	if err != nil {
 		return rows, err
 	}
 	rows = append(rows,
 		row{Name: "execd RSS, idle after start", Unit: "MB", Value: idle, Target: "< 15 MB"},
-		row{Name: "execd RSS, idle after the runs above", Unit: "MB", Value: after, Note: "Go returns freed heap to the OS lazily"},
+		row{Name: "execd RSS, idle 25 s after the runs above", Unit: "MB", Value: after, Target: "< 15 MB"},
 	)
 	return rows, nil
 }
@@ -340,34 +342,27 @@ func (p *pattern) Read(b []byte) (int, error) {
 	return k, nil
 }
 
-func (b *bench) upload() (row, error) {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	go func() {
-		h := make(map[string][]string)
-		h["Content-Disposition"] = []string{`form-data; name="metadata"; filename="metadata"`}
-		h["Content-Type"] = []string{"application/json"}
-		part, _ := mw.CreatePart(h)
-		part.Write([]byte(`{"path":"/tmp/bench.bin","mode":644}`))
-		fp, _ := mw.CreateFormFile("file", "bench.bin")
-		buf := make([]byte, 1<<20)
-		io.CopyBuffer(fp, newPattern(b.set.fileBytes), buf)
-		pw.CloseWithError(mw.Close())
-	}()
-	req := b.req("POST", "/files/upload", pr)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	start := time.Now()
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return row{}, err
-	}
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return row{}, fmt.Errorf("upload: %d %s", resp.StatusCode, data)
-	}
-	ours := time.Since(start)
+// repeats is how many times the file transfers run; the median counts.
+const repeats = 3
 
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// upload sends the file into dir in the container, through execd and
+// through docker cp.
+func (b *bench) upload(dir, where string) (row, error) {
+	var runs []time.Duration
+	for range repeats {
+		d, err := b.uploadOnce(dir + "/bench.bin")
+		if err != nil {
+			return row{}, err
+		}
+		runs = append(runs, d)
+	}
+	ours := median(runs)
 	local := filepath.Join(b.tmp, "bench.bin")
 	f, err := os.Create(local)
 	if err != nil {
@@ -375,42 +370,77 @@ func (b *bench) upload() (row, error) {
 	}
 	io.CopyBuffer(f, newPattern(b.set.fileBytes), make([]byte, 1<<20))
 	f.Close()
-	start = time.Now()
-	if _, err := dockerOut("cp", local, b.cid+":/tmp/bench-cp.bin"); err != nil {
+	start := time.Now()
+	if _, err := dockerOut("cp", local, b.cid+":"+dir+"/bench-cp.bin"); err != nil {
 		return row{}, err
 	}
 	theirs := time.Since(start)
 	os.Remove(local)
 	mb := float64(b.set.fileBytes) / 1e6
-	r := row{Name: fmt.Sprintf("upload %d MiB", b.set.fileBytes>>20), Unit: "MB/s",
+	r := row{Name: fmt.Sprintf("upload %d MiB to %s (median of %d)", b.set.fileBytes>>20, dir, repeats), Unit: "MB/s",
 		Value: mb / ours.Seconds(), Baseline: mb / theirs.Seconds(), BaseName: "docker cp in",
-		Target: ">= 500 MB/s", Note: "includes fsync"}
+		Target: ">= 500 MB/s", Note: where}
 	r.Ratio = r.Value / r.Baseline
 	return r, nil
 }
 
-func (b *bench) download() (row, error) {
+// uploadOnce sends the file the way a careful client does: one multipart
+// body whose length is known up front, so it travels without chunked
+// encoding, with the file's bytes streamed, never held in memory.
+func (b *bench) uploadOnce(path string) (time.Duration, error) {
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	h := make(map[string][]string)
+	h["Content-Disposition"] = []string{`form-data; name="metadata"; filename="metadata"`}
+	h["Content-Type"] = []string{"application/json"}
+	part, _ := mw.CreatePart(h)
+	fmt.Fprintf(part, `{"path":%q,"mode":644}`, path)
+	mw.CreateFormFile("file", "bench.bin")
+	tail := "\r\n--" + mw.Boundary() + "--\r\n"
+	body := io.MultiReader(&head, newPattern(b.set.fileBytes), strings.NewReader(tail))
+	req := b.req("POST", "/files/upload", body)
+	req.ContentLength = int64(head.Len()) + b.set.fileBytes + int64(len(tail))
+	req.Header.Set("Content-Type", mw.FormDataContentType())
 	start := time.Now()
-	resp, err := b.hc.Do(b.req("GET", "/files/download?path=/tmp/bench.bin", nil))
+	resp, err := b.hc.Do(req)
 	if err != nil {
-		return row{}, err
+		return 0, err
 	}
-	n, err := io.CopyBuffer(io.Discard, resp.Body, make([]byte, 1<<20))
+	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || n != b.set.fileBytes {
-		return row{}, fmt.Errorf("download: status %d, %d bytes, %v", resp.StatusCode, n, err)
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("upload: %d %s", resp.StatusCode, data)
 	}
-	ours := time.Since(start)
+	return time.Since(start), nil
+}
+
+func (b *bench) download() (row, error) {
+	var runs []time.Duration
+	buf := make([]byte, 1<<20)
+	for range repeats {
+		start := time.Now()
+		resp, err := b.hc.Do(b.req("GET", "/files/download?path=/tmp/bench.bin", nil))
+		if err != nil {
+			return row{}, err
+		}
+		n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || n != b.set.fileBytes {
+			return row{}, fmt.Errorf("download: status %d, %d bytes, %v", resp.StatusCode, n, err)
+		}
+		runs = append(runs, time.Since(start))
+	}
+	ours := median(runs)
 	local := filepath.Join(b.tmp, "bench-out.bin")
-	start = time.Now()
+	start := time.Now()
 	if _, err := dockerOut("cp", b.cid+":/tmp/bench-cp.bin", local); err != nil {
 		return row{}, err
 	}
 	theirs := time.Since(start)
 	os.Remove(local)
-	b.command("rm -f /tmp/bench.bin /tmp/bench-cp.bin")
+	b.command("rm -f /tmp/bench.bin /tmp/bench-cp.bin /scratch/bench.bin /scratch/bench-cp.bin")
 	mb := float64(b.set.fileBytes) / 1e6
-	r := row{Name: fmt.Sprintf("download %d MiB", b.set.fileBytes>>20), Unit: "MB/s",
+	r := row{Name: fmt.Sprintf("download %d MiB from /tmp (median of %d)", b.set.fileBytes>>20, repeats), Unit: "MB/s",
 		Value: mb / ours.Seconds(), Baseline: mb / theirs.Seconds(), BaseName: "docker cp out", Target: ">= 500 MB/s"}
 	r.Ratio = r.Value / r.Baseline
 	return r, nil
