@@ -170,12 +170,8 @@ func (s *Server) prepareCommand(req api.RunCommandRequest) (*prepared, error) {
 	dir := s.env.cwd
 	if req.Cwd != "" {
 		var err error
-		if dir, err = s.resolvePath(req.Cwd); err != nil {
+		if dir, err = s.resolveDir(req.Cwd); err != nil {
 			return nil, err
-		}
-		fi, err := os.Stat(dir)
-		if err != nil || !fi.IsDir() {
-			return nil, httpx.Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "cwd %s is not an existing directory", req.Cwd)
 		}
 	}
 	var id *identity

@@ -23,6 +23,19 @@ func (s *Server) resolvePath(p string) (string, error) {
 	return out, nil
 }
 
+// resolveDir resolves a working directory from a request: it must exist
+// and be a directory, else the answer is a 400.
+func (s *Server) resolveDir(p string) (string, error) {
+	dir, err := s.resolvePath(p)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", httpx.Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "cwd %s is not an existing directory", p)
+	}
+	return dir, nil
+}
+
 var (
 	errEmptyPath   = errors.New("empty path")
 	errNULInPath   = errors.New("path contains a NUL byte")

@@ -278,16 +278,9 @@ func (s *Server) createPTY(w http.ResponseWriter, r *http.Request) error {
 	}
 	sess := &ptySession{id: newUUID(), command: req.Command, idleSince: time.Now()}
 	if req.Cwd != "" {
-		dir, err := s.resolvePath(req.Cwd)
+		dir, err := s.resolveDir(req.Cwd)
 		if err != nil {
 			return err
-		}
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return httpx.Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "cwd %s: %w", dir, err)
-		}
-		if !fi.IsDir() {
-			return httpx.Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "cwd %s is not a directory", dir)
 		}
 		sess.dir = dir
 	}

@@ -280,11 +280,8 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 	var dir string
 	if req.Cwd != "" {
 		var err error
-		if dir, err = s.resolvePath(req.Cwd); err != nil {
+		if dir, err = s.resolveDir(req.Cwd); err != nil {
 			return err
-		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return httpx.Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "cwd %s is not an existing directory", req.Cwd)
 		}
 	}
 	timeout := sessionRunCap

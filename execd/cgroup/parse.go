@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,14 +24,7 @@ type Membership struct {
 }
 
 // has reports whether the membership's hierarchy carries controller.
-func (m Membership) has(controller string) bool {
-	for _, c := range m.Controllers {
-		if c == controller {
-			return true
-		}
-	}
-	return false
-}
+func (m Membership) has(controller string) bool { return slices.Contains(m.Controllers, controller) }
 
 // ParseMemberships parses the content of /proc/<pid>/cgroup, whose lines
 // read "hierarchy-ID:controller-list:cgroup-path". Empty lines are skipped;
@@ -103,14 +97,7 @@ func (m Mount) version() Version {
 }
 
 // has reports whether a v1 mount carries controller.
-func (m Mount) has(controller string) bool {
-	for _, o := range m.SuperOptions {
-		if o == controller {
-			return true
-		}
-	}
-	return false
-}
+func (m Mount) has(controller string) bool { return slices.Contains(m.SuperOptions, controller) }
 
 // ParseMountInfo returns the cgroup and cgroup2 mounts listed in the
 // content of /proc/<pid>/mountinfo, in file order. A malformed line is an
