@@ -387,6 +387,9 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 	}
 	p.spec.Stdout.Close()
 	rd := process.NewReader(outR, func(b []byte) { c.spool.Write(b) }, 0, nil)
+	// What a job the command left running ("server &") writes after the
+	// command has exited still belongs in its log.
+	rd.Tail = func(b []byte) { c.spool.Write(b) }
 	go rd.Run()
 	go func() {
 		state := c.proc.State()

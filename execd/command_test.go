@@ -471,3 +471,35 @@ func TestUnknownRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsOutliveTheirCommand: "server &" must keep running after the
+// command returns, even when it writes to the stdout it inherited; a
+// background command's log keeps what such a job writes later.
+func TestJobsOutliveTheirCommand(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	dir := t.TempDir()
+	events := c.stream("/command", api.RunCommandRequest{Command: "(sleep 0.3; echo late; touch " + dir + "/fg) & echo early"})
+	if outputOf(events, api.EventStdout) != "early" {
+		t.Fatalf("foreground output %+v", events)
+	}
+	bg := c.stream("/command", api.RunCommandRequest{Command: "(sleep 0.3; echo late; touch " + dir + "/bg) & echo early", Background: true})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, errFG := os.Stat(dir + "/fg")
+		_, errBG := os.Stat(dir + "/bg")
+		if errFG == nil && errBG == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs died after writing: fg %v, bg %v", errFG, errBG)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		log := string(c.call("GET", "/command/"+bg[0].Text+"/logs", nil, 200, nil))
+		if log == "early\nlate\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background log %q", log)
+		}
+	}
+}

@@ -17,11 +17,19 @@ import (
 // moment, without waiting, and stop: everything the process wrote before it
 // exited is in the pipe by then. Sync does the same without stopping, which
 // lets a shell session cut its output between runs.
+//
+// After Finish the pipe stays open, read in the background until its last
+// writer closes it and passed to the tail function (discarded when there
+// is none): a server started with "&" by a command that has returned must
+// not die of SIGPIPE at its next write.
 type Reader struct {
 	f         *os.File
 	sink      func([]byte)
 	idle      func()
 	idleAfter time.Duration
+	// Tail, when set before Run, receives what the pipe carries after the
+	// drain that Finish asks for.
+	Tail func([]byte)
 
 	mu       sync.Mutex
 	syncs    []chan struct{}
@@ -80,18 +88,22 @@ func (r *Reader) Sync() {
 // Done is closed when Run has returned.
 func (r *Reader) Done() <-chan struct{} { return r.stopped }
 
-// Run reads until EOF, a read error, or the drain after Finish. It closes
-// the file before returning.
+// Run reads until EOF, a read error, or the drain after Finish. The file
+// is closed at EOF or error; after Finish it is closed once its writers
+// have all closed it (see Reader).
 func (r *Reader) Run() error {
 	defer close(r.stopped)
-	defer r.f.Close()
 	buf := make([]byte, 64<<10)
 	canDeadline := r.f.SetReadDeadline(time.Time{}) == nil
 	var idleAt time.Time // zero: no idle callback pending
 	for {
 		if canDeadline {
 			r.f.SetReadDeadline(idleAt)
-			if done, eof := r.serveRequests(buf); done || eof {
+			if done, eof := r.serveRequests(buf); eof {
+				r.f.Close()
+				return nil
+			} else if done {
+				go r.readTail()
 				return nil
 			}
 		}
@@ -104,18 +116,33 @@ func (r *Reader) Run() error {
 		}
 		switch {
 		case err == nil:
-		case err == io.EOF:
-			return nil
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if !idleAt.IsZero() && !time.Now().Before(idleAt) {
 				idleAt = time.Time{}
 				r.idle()
 			}
-		case errors.Is(err, syscall.EIO):
-			// A terminal whose other side has closed.
+		case err == io.EOF, errors.Is(err, syscall.EIO): // EIO: a terminal whose other side closed
+			r.f.Close()
 			return nil
 		default:
+			r.f.Close()
 			return err
+		}
+	}
+}
+
+// readTail reads the pipe after Finish until its writers are gone.
+func (r *Reader) readTail() {
+	defer r.f.Close()
+	r.f.SetReadDeadline(time.Time{})
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.f.Read(buf)
+		if n > 0 && r.Tail != nil {
+			r.Tail(buf[:n])
+		}
+		if err != nil {
+			return
 		}
 	}
 }

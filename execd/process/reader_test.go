@@ -125,3 +125,41 @@ func TestReaderIdle(t *testing.T) {
 	w.Close()
 	wait()
 }
+
+// TestReaderKeepsPipeOpenAfterFinish: a background job of a command that
+// has exited keeps writing to the pipe; it must not get SIGPIPE, and what
+// it writes reaches the tail.
+func TestReaderKeepsPipeOpenAfterFinish(t *testing.T) {
+	s := NewSupervisor(false)
+	dir := t.TempDir()
+	r, w, _ := os.Pipe()
+	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "(sleep 0.2; echo late; touch " + dir + "/alive) & echo early"}, Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	tail := make(chan string, 4)
+	rd, wait := collect(t, r, 0, nil)
+	rd.Tail = func(b []byte) { tail <- string(b) }
+	<-p.Done()
+	rd.Finish()
+	if got := wait(); got != "early\n" {
+		t.Fatalf("before the exit: %q", got)
+	}
+	select {
+	case got := <-tail:
+		if got != "late\n" {
+			t.Fatalf("tail %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the background job's output never reached the tail")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(dir + "/alive"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the background job died after its write")
+		}
+	}
+}
