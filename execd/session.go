@@ -44,11 +44,17 @@ type session struct {
 	// run serializes runs: a run waits for the one before it.
 	run chan struct{}
 
-	mu     sync.Mutex // guards what follows, and lines
+	mu     sync.Mutex // guards sh and closed
 	sh     *shell     // nil until started, and after the shell died
-	out    *outputStream
-	lines  process.Lines
 	closed bool
+
+	// outMu guards the current run's stream and the partial line. It is
+	// held while output is sent, which may wait for a slow client, so it
+	// is never taken while holding mu: closing a session never waits for
+	// a client.
+	outMu sync.Mutex
+	out   *outputStream
+	lines process.Lines
 }
 
 // shell is one running shell process of a session.
@@ -57,7 +63,7 @@ type shell struct {
 	posix   bool // plain sh: no bash-only syntax in control lines
 	stdin   *os.File
 	output  *process.Reader
-	status  chan int // run statuses, closed when the shell's fd 3 closes
+	status  chan runStatus // run statuses, closed when the shell's fd 3 closes
 	scripts string   // directory of run scripts
 }
 
@@ -140,6 +146,10 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 // instead of going on with its next command or killing the shell.
 const bashPrelude = "shopt -s expand_aliases\ntrap '\\builtin return 130 2>/dev/null' INT\n"
 
+// posixPrelude is the same for a plain sh (dash, busybox ash), which
+// expands aliases anyway.
+const posixPrelude = "trap 'return 130 2>/dev/null' INT\n"
+
 // startShell starts the session's shell. ss.mu must be held.
 func (s *Server) startShell(ss *session) (retErr error) {
 	env := s.env.build(nil, nil)
@@ -195,12 +205,14 @@ func (s *Server) startShell(ss *session) (retErr error) {
 		return err
 	}
 	closers = []*os.File{inR, outW, ctlW} // the child's ends; ours stay open
-	sh := &shell{proc: proc, posix: posix, stdin: inW, status: make(chan int, 1), scripts: scripts}
-	if !posix {
-		if _, err := inW.WriteString(bashPrelude); err != nil {
-			proc.Stop(0)
-			return fmt.Errorf("set up shell: %w", err)
-		}
+	sh := &shell{proc: proc, posix: posix, stdin: inW, status: make(chan runStatus, 1), scripts: scripts}
+	prelude := bashPrelude
+	if posix {
+		prelude = posixPrelude
+	}
+	if _, err := inW.WriteString(prelude); err != nil {
+		proc.Stop(0)
+		return fmt.Errorf("set up shell: %w", err)
 	}
 	sh.output = process.NewReader(outR, func(b []byte) { ss.write(b) }, idleFlush, ss.idle)
 	go sh.output.Run()
@@ -215,14 +227,22 @@ func (s *Server) startShell(ss *session) (retErr error) {
 	return nil
 }
 
+// runStatus is one line of a shell's status pipe: the nonce of the run it
+// ends and the run's status.
+type runStatus struct {
+	nonce string
+	code  int
+}
+
 // readStatuses turns the status lines a shell writes on fd 3 into values.
-func readStatuses(f *os.File, out chan<- int) {
+func readStatuses(f *os.File, out chan<- runStatus) {
 	defer close(out)
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if n, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil {
-			out <- n
+		nonce, code, _ := strings.Cut(sc.Text(), " ")
+		if n, err := strconv.Atoi(code); err == nil {
+			out <- runStatus{nonce, n}
 		}
 	}
 }
@@ -231,14 +251,14 @@ func readStatuses(f *os.File, out chan<- int) {
 // stream, empty ones dropped as the clients expect; output between runs
 // (from background jobs) has no reader and is dropped.
 func (ss *session) write(b []byte) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	ss.outMu.Lock()
+	defer ss.outMu.Unlock()
 	ss.lines.Write(b, ss.emitLocked)
 }
 
 func (ss *session) idle() {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	ss.outMu.Lock()
+	defer ss.outMu.Unlock()
 	ss.lines.Flush(false, ss.emitLocked)
 }
 
@@ -330,18 +350,22 @@ func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, 
 		}
 	}
 	sh := ss.sh
-	ss.out = st
 	ss.mu.Unlock()
+	ss.outMu.Lock()
+	ss.out = st
+	ss.outMu.Unlock()
 
 	res := sh.run(command, dir, timeout)
 
 	// Everything the run wrote is in the pipe now; collect it, then end
 	// the partial line, if any, so the next run starts clean.
 	sh.output.Sync()
-	ss.mu.Lock()
+	ss.outMu.Lock()
 	ss.lines.Flush(true, ss.emitLocked)
 	ss.out = nil
-	if sh.proc.Exited() {
+	ss.outMu.Unlock()
+	ss.mu.Lock()
+	if sh.proc.Exited() && ss.sh == sh {
 		ss.sh = nil
 	}
 	ss.mu.Unlock()
@@ -389,24 +413,33 @@ func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 	if err != nil {
 		return runResult{-1, "write run script: " + err.Error()}
 	}
-	if _, err := sh.stdin.WriteString(sh.controlLine(script.Name(), dir)); err != nil {
+	nonce := newID()
+	if _, err := sh.stdin.WriteString(sh.controlLine(script.Name(), dir, nonce)); err != nil {
 		return runResult{-1, "the session's shell is gone: " + err.Error()}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	select {
-	case n, ok := <-sh.status:
-		if ok {
-			return runResult{code: n}
-		}
-	case <-timer.C:
-		sh.proc.Signal(syscall.SIGINT)
+	var kill <-chan time.Time
+	timedOut := false
+	for done := false; !done; {
 		select {
-		case _, ok := <-sh.status:
-			if ok {
+		case st, ok := <-sh.status:
+			switch {
+			case !ok:
+				done = true
+			case st.nonce != nonce:
+				// Not this run's end: something wrote to a copy of the
+				// status pipe. Runs end only with their own nonce.
+			case timedOut:
 				return runResult{-1, fmt.Sprintf("run timed out after %v and was interrupted", timeout)}
+			default:
+				return runResult{code: st.code}
 			}
-		case <-time.After(sessionKillGrace):
+		case <-timer.C:
+			timedOut = true
+			sh.proc.Signal(syscall.SIGINT)
+			kill = time.After(sessionKillGrace)
+		case <-kill:
 			sh.proc.Signal(syscall.SIGKILL)
 			<-sh.proc.Done()
 			return runResult{-1, fmt.Sprintf("run timed out after %v; the session's shell did not stop on SIGINT and was killed, so its state is lost", timeout)}
@@ -421,19 +454,19 @@ func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 // controlLine is what the shell reads to perform one run. Backslashed
 // builtins cannot be replaced by the user's aliases, and "builtin" keeps
 // the user's functions from shadowing them.
-func (sh *shell) controlLine(script, dir string) string {
+func (sh *shell) controlLine(script, dir, nonce string) string {
 	var b strings.Builder
 	if sh.posix {
 		if dir != "" {
 			b.WriteString("cd -- " + shellQuote(dir) + " && ")
 		}
-		b.WriteString(". " + shellQuote(script) + " </dev/null 3>&-; printf '%d\\n' \"$?\" >&3\n")
+		b.WriteString(". " + shellQuote(script) + " </dev/null 3>&-; printf '" + nonce + " %d\\n' \"$?\" >&3\n")
 		return b.String()
 	}
 	if dir != "" {
 		b.WriteString("\\builtin cd -- " + shellQuote(dir) + " && ")
 	}
-	b.WriteString("\\builtin source " + shellQuote(script) + " </dev/null 3>&-; \\builtin printf '%d\\n' \"$?\" >&3\n")
+	b.WriteString("\\builtin source " + shellQuote(script) + " </dev/null 3>&-; \\builtin printf '" + nonce + " %d\\n' \"$?\" >&3\n")
 	return b.String()
 }
 

@@ -210,3 +210,68 @@ func TestSessionDeleteKillsRunningRun(t *testing.T) {
 		t.Fatal("run did not end when its session was deleted")
 	}
 }
+
+// TestSessionStatusCopiesCannotEndARun: bash keeps a saved copy of the
+// status descriptor while a run is sourced; writing a fake status to it
+// must not end the run or shift the next one.
+func TestSessionStatusCopiesCannotEndARun(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	id := newSession(t, c, nil)
+	events, out := runIn(t, c, id, api.RunInSessionRequest{Command: `
+for fd in $(ls /proc/$$/fd); do [ "$fd" -gt 2 ] && { printf '0\n' >&$fd; printf 'x 0\n' >&$fd; } 2>/dev/null; done
+sleep 0.2; echo late; false`})
+	if out != "late" || terminal(t, events).Error == nil || terminal(t, events).Error.EValue != "1" {
+		t.Fatalf("forged run: %q %+v %+v", out, terminal(t, events), terminal(t, events).Error)
+	}
+	events, out = runIn(t, c, id, api.RunInSessionRequest{Command: "echo second"})
+	if out != "second" || terminal(t, events).Type != api.EventComplete {
+		t.Fatalf("next run: %q %+v", out, events)
+	}
+}
+
+// TestSessionCloseDoesNotWaitForClient: a client that stops reading must
+// not keep a delete from killing the session.
+func TestSessionCloseDoesNotWaitForClient(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	id := newSession(t, c, nil)
+	req := c.request("POST", "/session/"+id+"/run", api.RunInSessionRequest{Command: "yes | head -c 100000000"})
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // never read: the server's writes fill the socket
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	c.call("DELETE", "/session/"+id, nil, 200, nil)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("delete took %v", d)
+	}
+}
+
+// TestSessionInPlainSh: where there is no bash the session uses sh, and a
+// timed-out run still leaves the shell and its state alive.
+func TestSessionInPlainSh(t *testing.T) {
+	sh := "/bin/dash"
+	if _, err := os.Stat(sh); err != nil {
+		sh = "/bin/busybox"
+	}
+	bin := t.TempDir()
+	for name, target := range map[string]string{"sh": sh, "sleep": "/bin/sleep"} {
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, c := newTestServer(t, func(cfg *Config) {
+		cfg.EnvFile = filepath.Join(cfg.TempDir, "env")
+		os.WriteFile(cfg.EnvFile, []byte("PATH="+bin+"\n"), 0o600)
+	})
+	id := newSession(t, c, nil)
+	runIn(t, c, id, api.RunInSessionRequest{Command: "x=kept; f() { echo f$x; }"})
+	events, _ := runIn(t, c, id, api.RunInSessionRequest{Command: "sleep 30", Timeout: 300})
+	if last := terminal(t, events); last.Error == nil || !strings.Contains(last.Error.Traceback[0], "interrupted") {
+		t.Fatalf("timed-out run: %+v", last)
+	}
+	if _, out := runIn(t, c, id, api.RunInSessionRequest{Command: "f"}); out != "fkept" {
+		t.Fatalf("state after the timeout: %q", out)
+	}
+}

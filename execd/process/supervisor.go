@@ -39,6 +39,7 @@ type Supervisor struct {
 // handler and reaps every child of this process; only a program that owns
 // all of its children (execd's main) may set it.
 func NewSupervisor(reapAll bool) *Supervisor {
+	closeInheritedOnExec()
 	s := &Supervisor{
 		reapAll: reapAll,
 		waiting: make(map[int]*Process),
@@ -55,6 +56,22 @@ func NewSupervisor(reapAll bool) *Supervisor {
 		}()
 	}
 	return s
+}
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+// Whatever this process inherited from its own parent (a CI runner's pipe,
+// a terminal's extra descriptors) would otherwise leak into every process
+// it starts; its own descriptors are close-on-exec already.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // reap collects every exited child without blocking.

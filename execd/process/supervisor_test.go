@@ -223,3 +223,29 @@ func zombieChildren() []int {
 	}
 	return zombies
 }
+
+// TestInheritedDescriptorsDoNotLeak: a descriptor this process inherited
+// without close-on-exec must not reach the processes it starts.
+func TestInheritedDescriptorsDoNotLeak(t *testing.T) {
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	defer w.Close()
+	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, w.Fd(), syscall.F_SETFD, 0); errno != 0 {
+		t.Fatal(errno)
+	}
+	s := NewSupervisor(false)
+	out, ow, _ := os.Pipe()
+	p, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "ls /proc/self/fd"}, Stdout: ow})
+	ow.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p)
+	b := make([]byte, 4096)
+	n, _ := out.Read(b)
+	for _, fd := range strings.Fields(string(b[:n])) {
+		if fd == strconv.Itoa(int(w.Fd())) {
+			t.Fatalf("descriptor %d leaked into the child (its fds: %q)", w.Fd(), b[:n])
+		}
+	}
+}
