@@ -64,7 +64,7 @@ type shell struct {
 	stdin   *os.File
 	output  *process.Reader
 	status  chan runStatus // run statuses, closed when the shell's fd 3 closes
-	scripts string   // directory of run scripts
+	scripts string         // directory of run scripts
 }
 
 // sessionTable holds the bash sessions.
