@@ -24,6 +24,8 @@ func TestPythonImage(t *testing.T) {
 	if r.stdout != "out" || r.stderr != "err" || r.exit != "3" {
 		t.Fatalf("python command: %+v", r)
 	}
+	// Docker-style endpoints reach execd through its own port proxy.
+	c.call("GET", "/proxy/44772/ping", nil, 200, nil)
 	if got := c.mustRun("echo $$"); got == "1" {
 		t.Fatal("command ran as PID 1")
 	}

@@ -93,13 +93,35 @@ func (s *Server) proxy() http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, err := proxyTarget(r.URL.EscapedPath()); err != nil {
+		port, path, err := proxyTarget(r.URL.EscapedPath())
+		if err != nil {
 			s.log.Debug("proxy: rejected", "method", r.Method, "path", r.URL.Path, "err", err)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		if port == s.cfg.Port {
+			// execd's own port, as clients reach it through the
+			// {host}:{port}/proxy/44772 endpoints of Docker-style
+			// deployments: served here, the request already
+			// authenticated, rather than sent back in without the token
+			// the proxy strips.
+			s.serveSelf(w, r, path)
+			return
+		}
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// serveSelf serves a request for /proxy/{execd's port}{path} as a request
+// for path.
+func (s *Server) serveSelf(w http.ResponseWriter, r *http.Request, escapedPath string) {
+	r2 := r.Clone(r.Context())
+	u := *r.URL
+	u.Path, _ = url.PathUnescape(escapedPath)
+	u.RawPath = escapedPath
+	r2.URL = &u
+	r2.RequestURI = u.RequestURI()
+	s.serve(w, r2)
 }
 
 // rewriteProxyRequest aims a request the proxy handler has accepted at the

@@ -32,6 +32,10 @@ type Config struct {
 	// Insecure allows an empty AccessToken: every request is accepted.
 	Insecure bool
 
+	// Port is the port execd listens on. /proxy/{Port}/... is served by
+	// execd itself. 0: none.
+	Port int
+
 	// ReapAll makes execd reap every child process, orphans included; set
 	// it when execd is PID 1 or a child subreaper, never in a program that
 	// waits for children of its own.

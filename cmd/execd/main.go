@@ -139,6 +139,7 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 		}
 	}
 	m.Config.ReapAll = true
+	m.Config.Port = m.Port
 	os.Unsetenv("EXECD_ACCESS_TOKEN")
 
 	srv, err := execd.New(m.Config)
