@@ -33,6 +33,16 @@ func TestPythonImage(t *testing.T) {
 		t.Fatalf("PID 1 is %q, want execd", got)
 	}
 	uid := uint32(65534)
+	// The token was given on execd's command line; no process of the
+	// sandbox may find it in PID 1's arguments or environment.
+	for _, cmd := range []string{"tr '\\0' ' ' < /proc/1/cmdline", "tr '\\0' ' ' < /proc/1/environ", "env"} {
+		if out := c.mustRun(cmd); strings.Contains(out, c.token) {
+			t.Fatalf("%s shows the token: %s", cmd, out)
+		}
+	}
+	if out := c.stream("/command", api.RunCommandRequest{Command: "tr '\\0' ' ' < /proc/1/cmdline", UID: &uid}); out.exit != "0" || strings.Contains(out.stdout, c.token) {
+		t.Fatalf("as nobody, /proc/1/cmdline: %+v", out)
+	}
 	r = c.stream("/command", api.RunCommandRequest{Command: `id -un; echo "$HOME"`, UID: &uid, Cwd: "/tmp"})
 	if r.stdout != "nobody\n/nonexistent" {
 		t.Fatalf("as nobody: %+v", r)

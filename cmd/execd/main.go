@@ -31,6 +31,12 @@ import (
 )
 
 func main() {
+	// A token given on the command line or in the environment would be
+	// readable by every process of the sandbox in /proc/1/cmdline or
+	// /proc/1/environ: move it into a descriptor and start over.
+	if err := hideToken(os.Args, os.Environ()); err != nil {
+		fmt.Fprintln(os.Stderr, "execd: cannot hide the access token:", err)
+	}
 	m := NewMain()
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,10 +79,12 @@ func (m *Main) ParseFlags(args []string) error {
 		fs.PrintDefaults()
 	}
 	var tokenFile, logLevel string
+	tokenFD := -1
 	fs.StringVar(&m.Host, "host", "", "address to listen on (default: all)")
 	fs.IntVar(&m.Port, "port", m.Port, "port to listen on")
 	fs.StringVar(&m.Config.AccessToken, "access-token", os.Getenv("EXECD_ACCESS_TOKEN"), "token clients must send in X-EXECD-ACCESS-TOKEN (env EXECD_ACCESS_TOKEN)")
 	fs.StringVar(&tokenFile, "access-token-file", "", "read the access token from this file")
+	fs.IntVar(&tokenFD, tokenFDFlag, -1, "read the access token from this open descriptor (set by execd itself)")
 	fs.BoolVar(&m.Config.Insecure, "insecure", false, "accept requests without a token when none is configured")
 	fs.StringVar(&m.Config.EnvFile, "envs-file", os.Getenv("EXECD_ENVS"), "KEY=VALUE file merged into every command's environment (env EXECD_ENVS)")
 	fs.DurationVar(&m.Config.RecordTTL, "record-ttl", time.Hour, "how long a finished command's status and log stay available")
@@ -94,6 +102,13 @@ func (m *Main) ParseFlags(args []string) error {
 			return fmt.Errorf("read access token: %w", err)
 		}
 		m.Config.AccessToken = strings.TrimSpace(string(b))
+	}
+	if tokenFD >= 0 {
+		token, err := readTokenFD(tokenFD)
+		if err != nil {
+			return fmt.Errorf("read access token: %w", err)
+		}
+		m.Config.AccessToken = token
 	}
 	level, err := parseLevel(logLevel)
 	if err != nil {
