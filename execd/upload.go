@@ -397,10 +397,13 @@ func (u *uploadBatch) finish(f *os.File, t uploadTarget) error {
 			return err
 		}
 	}
-	if setMode {
-		if err := syscall.Fchmod(int(f.Fd()), mode); err != nil {
-			return &fs.PathError{Op: "chmod", Path: f.Name(), Err: err}
-		}
+	if !setMode {
+		// The temporary file was private while it filled; a new file
+		// without a mode gets what a plain create would give it.
+		mode = fsops.NewFileMode()
+	}
+	if err := syscall.Fchmod(int(f.Fd()), mode); err != nil {
+		return &fs.PathError{Op: "chmod", Path: f.Name(), Err: err}
 	}
 	if err := f.Sync(); err != nil {
 		return err

@@ -217,10 +217,13 @@ func TestCreateTemp(t *testing.T) {
 	if !IsTemp(filepath.Base(f.Name())) || filepath.Dir(f.Name()) != dir {
 		t.Fatalf("name %s", f.Name())
 	}
+	if st := stat(t, f.Name()); st.Mode&0o777 != 0o600 {
+		t.Fatalf("mode %o, want 600: a temporary file is private while it fills", st.Mode&0o777)
+	}
 	old := syscall.Umask(0o027)
 	syscall.Umask(old)
-	if st := stat(t, f.Name()); st.Mode&0o777 != uint32(0o777&^old) {
-		t.Fatalf("mode %o, want 0777 &^ umask %o", st.Mode&0o777, old)
+	if NewFileMode() != uint32(0o777&^old) {
+		t.Fatalf("NewFileMode() = %o, want 0777 &^ umask %o", NewFileMode(), old)
 	}
 	if _, err := CreateTemp(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing directory: %v", err)

@@ -27,13 +27,12 @@ func TempName(dir string) string {
 	return filepath.Join(dir, TempPrefix+hex.EncodeToString(b[:]))
 }
 
-// CreateTemp creates a new hidden file in dir for reading and writing.
-// The file is created with permission 0777 filtered by the process umask
-// (or the directory's default ACL), which is what a new file would get
-// from a plain create with that mode; callers chmod it as they need.
+// CreateTemp creates a new hidden file in dir for reading and writing,
+// readable by its owner only: what is written into it stays private until
+// the caller gives it its final mode (see NewFileMode) and name.
 func CreateTemp(dir string) (*os.File, error) {
 	for range 10000 {
-		f, err := os.OpenFile(TempName(dir), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o777)
+		f, err := os.OpenFile(TempName(dir), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -41,6 +40,18 @@ func CreateTemp(dir string) (*os.File, error) {
 	}
 	return nil, &fs.PathError{Op: "createtemp", Path: dir, Err: fs.ErrExist}
 }
+
+// umask is the process's file mode creation mask, read once before any
+// goroutine could create a file while it is briefly cleared.
+var umask = func() uint32 {
+	m := syscall.Umask(0)
+	syscall.Umask(m)
+	return uint32(m)
+}()
+
+// NewFileMode is the mode a plain create with 0777 would give a new file:
+// 0777 less the umask.
+func NewFileMode() uint32 { return 0o777 &^ umask }
 
 // IsNoSpace reports whether err says the file system is full or the
 // user's quota is exhausted.
