@@ -248,3 +248,18 @@ func TestProxyToServerInContainer(t *testing.T) {
 		t.Fatalf("proxied body %q, want %q", body, want)
 	}
 }
+
+// TestShutdownWithinGrace: docker stop ends a sandbox whose processes all
+// ignore SIGTERM well within its 10 s, and reports the entrypoint's fate.
+func TestShutdownWithinGrace(t *testing.T) {
+	c := startContainer(t, busyboxImage, nil, "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
+	c.stream("/command", api.RunCommandRequest{Command: "trap '' TERM; while :; do sleep 0.1; done", Background: true})
+	start := time.Now()
+	docker(t, "stop", "-t", "20", c.id)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("docker stop took %v", d)
+	}
+	if code := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.ExitCode}}", c.id)); code != "137" {
+		t.Fatalf("exit code %s, want 137 (entrypoint SIGKILLed)", code)
+	}
+}

@@ -21,7 +21,8 @@ type Entrypoint struct {
 // environment and working directory, its output going to execd's own
 // stdout and stderr, that is to the container's log. Its status stays
 // visible at /command/status/entrypoint after it exits, and execd keeps
-// serving either way. A failure to start is recorded there too.
+// serving either way. A failure to start is recorded there too, and the
+// Entrypoint is returned with the error.
 func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 	c := &command{id: EntrypointID, content: joinArgs(argv), pinned: true, startedAt: time.Now()}
 	p := &prepared{spec: process.Spec{
@@ -30,7 +31,7 @@ func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 	}}
 	p.spec.Path, p.err = lookPath(argv[0], p.spec.Env)
 	if err := s.start(c, p); err != nil {
-		return nil, err
+		return &Entrypoint{cmd: c}, err
 	}
 	go func() {
 		st := c.proc.State()
@@ -41,27 +42,28 @@ func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 }
 
 // Running reports whether the entrypoint is still running.
-func (e *Entrypoint) Running() bool { return !e.cmd.proc.Exited() }
+func (e *Entrypoint) Running() bool { return e.cmd.proc != nil && !e.cmd.proc.Exited() }
 
 // Signal sends sig to the entrypoint's process group.
-func (e *Entrypoint) Signal(sig syscall.Signal) error { return e.cmd.proc.Signal(sig) }
+func (e *Entrypoint) Signal(sig syscall.Signal) error {
+	if e.cmd.proc == nil {
+		return nil
+	}
+	return e.cmd.proc.Signal(sig)
+}
 
-// Wait waits up to grace for the entrypoint to exit, then kills it. It
-// returns the exit code a container would report: the status, or 128+N
-// after signal N.
-func (e *Entrypoint) Wait(grace time.Duration) (int, bool) {
-	p := e.cmd.proc
-	select {
-	case <-p.Done():
-	case <-time.After(grace):
-		p.Signal(syscall.SIGKILL)
-		<-p.Done()
+// ExitCode returns the exit code a container would report for the
+// entrypoint: its status, 128+N after signal N, or 255 if it never
+// started. It waits for the entrypoint to exit.
+func (e *Entrypoint) ExitCode() int {
+	if e.cmd.proc == nil {
+		return exitCodeStartFailure
 	}
-	st := p.State()
-	if st.Code == -1 {
-		return 128 + int(st.Signal), false
+	st := e.cmd.proc.State()
+	if st.Signal != 0 {
+		return 128 + int(st.Signal)
 	}
-	return st.Code, true
+	return st.Code
 }
 
 func joinArgs(argv []string) string {

@@ -155,6 +155,9 @@ func lookupUID(name string) (int, error) {
 	if id, err := strconv.ParseUint(name, 10, 32); err == nil && id != 1<<32-1 {
 		return int(id), nil
 	}
+	if name == "root" {
+		return 0, nil // an image without /etc/passwd still has root
+	}
 	return -1, fmt.Errorf("unknown owner %q", name)
 }
 
@@ -166,6 +169,9 @@ func lookupGID(name string) (int, error) {
 	}
 	if id, err := strconv.ParseUint(name, 10, 32); err == nil && id != 1<<32-1 {
 		return int(id), nil
+	}
+	if name == "root" {
+		return 0, nil
 	}
 	return -1, fmt.Errorf("unknown group %q", name)
 }

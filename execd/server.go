@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opensandbox/opensandbox/execd/process"
@@ -208,8 +209,11 @@ func (s *Server) janitor() {
 	}
 }
 
-// Shutdown stops every process execd started (SIGTERM, then SIGKILL after
-// grace) and releases the server's resources.
+// Shutdown stops every process execd started and releases the server's
+// resources. Sessions and terminals are killed; every other process gets
+// SIGTERM at once, except the entrypoint, to which the caller forwards
+// the signal it received itself; whatever still runs after grace is
+// SIGKILLed. It returns within grace and a second.
 func (s *Server) Shutdown(grace time.Duration) {
 	select {
 	case <-s.stop:
@@ -219,16 +223,30 @@ func (s *Server) Shutdown(grace time.Duration) {
 	}
 	s.sessions.closeAll()
 	s.ptys.closeAll()
-	done := make(chan struct{})
 	live := s.sup.Live()
+	entry := s.commands.get(EntrypointID)
 	for _, p := range live {
-		go func() {
-			p.Stop(grace)
-			done <- struct{}{}
-		}()
+		if entry == nil || entry.proc != p {
+			p.Signal(syscall.SIGTERM)
+		}
 	}
-	for range live {
-		<-done
+	done := make(chan struct{})
+	go func() {
+		for _, p := range live {
+			<-p.Done()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		for _, p := range live {
+			p.Signal(syscall.SIGKILL)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
 	}
 	s.commands.closeAll()
 	os.RemoveAll(s.priv)

@@ -192,7 +192,6 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 		}
 	}
 
-	code := 0
 	stopping := false
 	for !stopping {
 		select {
@@ -212,13 +211,15 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	if entry != nil {
-		st, _ := entry.Wait(m.Grace)
-		code = st
-	}
+	// Everything stops within one grace period: the entrypoint has its
+	// signal, the other processes get SIGTERM now, and the stragglers
+	// SIGKILL together, well within the 10 s docker stop allows.
+	srv.Shutdown(m.Grace)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	hs.Shutdown(shutdownCtx)
 	cancel()
-	srv.Shutdown(m.Grace)
-	return code, nil
+	if entry != nil {
+		return entry.ExitCode(), nil
+	}
+	return 0, nil
 }
