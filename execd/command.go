@@ -364,7 +364,7 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 	c := newCommand(p, true)
 	var outR *os.File
 	if p.err == nil {
-		spool, err := process.NewSpool(s.priv)
+		spool, err := process.NewSpool(s.priv, s.cfg.MaxLogBytes)
 		if err != nil {
 			return err
 		}
@@ -439,15 +439,14 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	if err != nil || cursor < 0 {
 		cursor = 0
 	}
+	// A cursor older than what the log keeps starts at its oldest byte.
 	end := c.spool.Size()
-	if cursor > end {
-		cursor = end
-	}
+	cursor = min(max(cursor, c.spool.Oldest()), end)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set(api.HeaderTailCursor, strconv.FormatInt(end, 10))
 	w.Header().Set("Content-Length", strconv.FormatInt(end-cursor, 10))
 	w.WriteHeader(http.StatusOK)
-	if _, err := c.spool.WriteRange(w, cursor, end); err != nil && !errors.Is(err, os.ErrClosed) {
+	if _, _, err := c.spool.WriteRange(w, cursor, end); err != nil && !errors.Is(err, os.ErrClosed) {
 		s.log.Debug("write command log", "id", id, "err", err)
 	}
 	return nil

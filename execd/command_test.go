@@ -503,3 +503,28 @@ func TestJobsOutliveTheirCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestBackgroundLogIsBounded(t *testing.T) {
+	_, c := newTestServer(t, func(cfg *Config) { cfg.MaxLogBytes = 1000 })
+	bg := c.stream("/command", api.RunCommandRequest{Command: "seq 1 2000", Background: true})
+	id := bg[0].Text
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st api.CommandStatus
+		c.call("GET", "/command/status/"+id, nil, 200, &st)
+		if !st.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("seq did not finish")
+		}
+	}
+	resp, body := c.do(c.request("GET", "/command/"+id+"/logs?cursor=0", nil))
+	total := 0
+	for i := 1; i <= 2000; i++ {
+		total += len(strconv.Itoa(i)) + 1
+	}
+	if len(body) != 1000 || !strings.HasSuffix(string(body), "\n1999\n2000\n") || resp.Header.Get(api.HeaderTailCursor) != strconv.Itoa(total) {
+		t.Fatalf("bounded log: %d bytes ending %q, cursor %s (want 1000 bytes, cursor %d)",
+			len(body), body[max(0, len(body)-20):], resp.Header.Get(api.HeaderTailCursor), total)
+	}
+}

@@ -60,6 +60,10 @@ type Config struct {
 	// exited while no client was attached. Default 5 minutes.
 	PTYExitedTTL time.Duration
 
+	// MaxLogBytes bounds the log kept for each background command; beyond
+	// it the oldest output gives way. Default 64 MiB.
+	MaxLogBytes int64
+
 	// MaxUploadBytes bounds the body of one upload request; 0 means no
 	// bound other than the file system's.
 	MaxUploadBytes int64
@@ -78,6 +82,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.RecordTTL = cmp.Or(c.RecordTTL, time.Hour)
 	c.MaxRecords = cmp.Or(c.MaxRecords, 1024)
+	c.MaxLogBytes = cmp.Or(c.MaxLogBytes, 64<<20)
 	c.PTYIdleTimeout = cmp.Or(c.PTYIdleTimeout, 30*time.Minute)
 	c.PTYExitedTTL = cmp.Or(c.PTYExitedTTL, 5*time.Minute)
 	c.PingInterval = cmp.Or(c.PingInterval, 3*time.Second)
