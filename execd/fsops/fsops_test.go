@@ -1,6 +1,7 @@
 package fsops
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -231,4 +232,26 @@ func TestCreateTemp(t *testing.T) {
 	if !IsNoSpace(&fs.PathError{Err: syscall.ENOSPC}) || !IsNoSpace(syscall.EDQUOT) || IsNoSpace(syscall.EIO) {
 		t.Fatal("IsNoSpace")
 	}
+}
+
+// FuzzReplaceStream holds the streaming replace to bytes.ReplaceAll,
+// with occurrences that straddle chunk boundaries.
+func FuzzReplaceStream(f *testing.F) {
+	f.Add([]byte("abcabcab"), []byte("ab"), []byte("X"), uint16(0))
+	f.Add([]byte("aaaa"), []byte("aa"), []byte("a"), uint16(3))
+	f.Fuzz(func(t *testing.T, data, old, new []byte, pad uint16) {
+		if len(old) == 0 {
+			return
+		}
+		// Put the data across the 1 MiB chunk boundary.
+		data = append(bytes.Repeat([]byte{'.'}, 1<<20-int(pad%64)), data...)
+		var out bytes.Buffer
+		n, err := replaceStream(&out, bytes.NewReader(data), old, new)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := bytes.ReplaceAll(data, old, new); !bytes.Equal(out.Bytes(), want) || n != bytes.Count(data, old) {
+			t.Fatalf("replace %q by %q: %d replacements, output differs from bytes.ReplaceAll", old, new, n)
+		}
+	})
 }
