@@ -16,9 +16,14 @@ var unauthorized = api.UnauthorizedResponse{
 // authenticate requires the access token on every request, the proxy and
 // the PTY WebSocket included. The comparison takes the same time whatever
 // the token sent.
+//
+// Without a token (Insecure), any process that can reach the port is
+// trusted, but a web page open in a browser on the same machine is not:
+// cross-origin requests that change anything are refused, and so are
+// cross-origin WebSocket upgrades (see attachPTY).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.cfg.AccessToken == "" {
-		return next
+		return http.NewCrossOriginProtection().Handler(next)
 	}
 	// Comparing digests keeps even the token's length secret.
 	want := sha256.Sum256([]byte(s.cfg.AccessToken))

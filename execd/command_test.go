@@ -528,3 +528,17 @@ func TestBackgroundLogIsBounded(t *testing.T) {
 			len(body), body[max(0, len(body)-20):], resp.Header.Get(api.HeaderTailCursor), total)
 	}
 }
+
+// TestInsecureRefusesBrowsers: without a token, a page in a browser must
+// not be able to run commands through execd on loopback.
+func TestInsecureRefusesBrowsers(t *testing.T) {
+	_, c := newTestServer(t, func(cfg *Config) { cfg.AccessToken, cfg.Insecure = "", true })
+	c.token = ""
+	req := c.request("POST", "/command", api.RunCommandRequest{Command: "true"})
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if resp, _ := c.do(req); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site POST: %d, want 403", resp.StatusCode)
+	}
+	c.stream("/command", api.RunCommandRequest{Command: "true"}) // non-browser clients are fine
+}
