@@ -280,11 +280,15 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 			return fmt.Errorf("create stderr pipe: %w", err)
 		}
 		p.spec.Stdout, p.spec.Stderr = outW, errW
-		defer outW.Close()
-		defer errW.Close()
 		pipes = [2]*os.File{outR, errR}
 	}
-	if err := s.start(c, p); err != nil {
+	err := s.start(c, p)
+	if p.spec.Stdout != nil {
+		// The child has its own copies of the write ends.
+		p.spec.Stdout.Close()
+		p.spec.Stderr.Close()
+	}
+	if err != nil {
 		for _, f := range pipes {
 			if f != nil {
 				f.Close()
@@ -293,8 +297,6 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 		ew.Send(api.Event{Type: api.EventInit, Text: c.id}, startError(err))
 		return nil
 	}
-	p.spec.Stdout.Close()
-	p.spec.Stderr.Close()
 
 	st := newOutputStream()
 	defer st.detach()
@@ -373,19 +375,21 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 			spool.Close()
 			return fmt.Errorf("create output pipe: %w", err)
 		}
-		defer pw.Close()
 		p.spec.Stdout, p.spec.Stderr = pw, pw
 		c.spool, outR = spool, pr
 	}
 	ew := httpx.NewEventWriter(w)
-	if err := s.start(c, p); err != nil {
+	err := s.start(c, p)
+	if p.spec.Stdout != nil {
+		p.spec.Stdout.Close() // the child has its own copy
+	}
+	if err != nil {
 		if outR != nil {
 			outR.Close()
 		}
 		ew.Send(api.Event{Type: api.EventInit, Text: c.id}, startError(err))
 		return nil
 	}
-	p.spec.Stdout.Close()
 	rd := process.NewReader(outR, func(b []byte) { c.spool.Write(b) }, 0, nil)
 	// What a job the command left running ("server &") writes after the
 	// command has exited still belongs in its log.

@@ -158,12 +158,7 @@ func (s *Server) getMetrics(w http.ResponseWriter, r *http.Request) error {
 // failed reading sends {"error":"..."} instead. It ends when the client
 // goes or the server shuts down.
 func (s *Server) watchMetrics(w http.ResponseWriter, r *http.Request) error {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	httpx.StartStream(w)
 	rc := http.NewResponseController(w)
 	tick := time.NewTicker(metricsWatchInterval)
 	defer tick.Stop()

@@ -197,7 +197,7 @@ func (sess *ptySession) kill() *process.Process {
 	}
 	sess.mu.Unlock()
 	for _, pgid := range targets {
-		killGroup(pgid, syscall.SIGKILL)
+		process.SignalGroup(pgid, syscall.SIGKILL)
 	}
 	if proc != nil {
 		// Background jobs of an interactive shell have groups of their
@@ -222,16 +222,6 @@ func (sess *ptySession) signalTargetsLocked() []int {
 	return targets
 }
 
-// killGroup signals a process group; a group with no members left is not
-// an error worth reporting.
-func killGroup(pgid int, sig syscall.Signal) error {
-	err := syscall.Kill(-pgid, sig)
-	if err == syscall.ESRCH {
-		return nil
-	}
-	return err
-}
-
 // signal sends sig to the session (see signalTargetsLocked). Once the
 // shell has exited it does nothing, as the group may be gone and its
 // number reused.
@@ -244,7 +234,7 @@ func (sess *ptySession) signal(sig syscall.Signal) error {
 	targets := sess.signalTargetsLocked()
 	sess.mu.Unlock()
 	for _, pgid := range targets {
-		if err := killGroup(pgid, sig); err != nil {
+		if err := process.SignalGroup(pgid, sig); err != nil {
 			return fmt.Errorf("signal process group %d: %w", pgid, err)
 		}
 	}
@@ -498,12 +488,13 @@ func exitCode(st process.ExitState) int {
 // bash --norc --noprofile [-c command], or sh [-c command] in an image
 // without bash. It looks in the PATH of env, or defaultPath.
 func ptyShell(env []string, command string) (path string, args []string, err error) {
-	if path, err = lookPath("bash", env); err == nil {
-		args = []string{"bash", "--norc", "--noprofile"}
-	} else if path, err = lookPath("sh", env); err == nil {
+	path, posix, err := findShell(env)
+	if err != nil {
+		return "", nil, err
+	}
+	args = []string{"bash", "--norc", "--noprofile"}
+	if posix {
 		args = []string{"sh"}
-	} else {
-		return "", nil, errNoShell
 	}
 	if command != "" {
 		args = append(args, "-c", command)

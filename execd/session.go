@@ -153,13 +153,9 @@ const posixPrelude = "trap 'return 130 2>/dev/null' INT\n"
 // startShell starts the session's shell. ss.mu must be held.
 func (s *Server) startShell(ss *session) (retErr error) {
 	env := s.env.build(nil, nil)
-	path, err := lookPath("bash", env)
-	posix := false
+	path, posix, err := findShell(env)
 	if err != nil {
-		if path, err = lookPath("sh", env); err != nil {
-			return errNoShell
-		}
-		posix = true
+		return err
 	}
 	scripts, err := os.MkdirTemp(s.priv, "session-")
 	if err != nil {

@@ -56,10 +56,12 @@ func checkExecutable(p string) error {
 // ("python3 -m http.server 8080", quotes and backslashes allowed) and
 // rejects shell syntax, which nothing could interpret.
 func commandLine(command string, env []string) (path string, argv []string, err error) {
-	for _, sh := range []string{"bash", "sh"} {
-		if p, err := lookPath(sh, env); err == nil {
-			return p, []string{sh, "-c", command}, nil
+	if p, posix, err := findShell(env); err == nil {
+		name := "bash"
+		if posix {
+			name = "sh"
 		}
+		return p, []string{name, "-c", command}, nil
 	}
 	words, err := splitWords(command)
 	if err != nil {
@@ -76,6 +78,19 @@ func commandLine(command string, env []string) (path string, argv []string, err 
 }
 
 var errNoShell = errors.New("no shell (bash or sh) in this image")
+
+// findShell finds the shell that commands, sessions and terminals use in
+// the PATH of env: bash, else a plain POSIX sh (posix set), else
+// errNoShell.
+func findShell(env []string) (path string, posix bool, err error) {
+	if path, err = lookPath("bash", env); err == nil {
+		return path, false, nil
+	}
+	if path, err = lookPath("sh", env); err == nil {
+		return path, true, nil
+	}
+	return "", false, errNoShell
+}
 
 // lookupEnv returns the value of name in env, the last one if it is set
 // more than once, as execve's consumers read it.

@@ -76,9 +76,6 @@ func (l *Lines) Flush(final bool, emit func(line []byte)) {
 	l.partial = append(l.partial[:0], l.partial[cut:]...)
 }
 
-// Pending reports whether a partial line is waiting.
-func (l *Lines) Pending() bool { return len(l.partial) > 0 }
-
 func indexEOL(p []byte) int {
 	i := bytes.IndexByte(p, '\n')
 	if i < 0 {

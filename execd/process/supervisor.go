@@ -262,8 +262,12 @@ func (p *Process) Wait(ctx context.Context) (ExitState, error) {
 
 // Signal sends sig to the process's whole group. Signalling a group whose
 // members have all gone is not an error.
-func (p *Process) Signal(sig syscall.Signal) error {
-	err := syscall.Kill(-p.pid, sig)
+func (p *Process) Signal(sig syscall.Signal) error { return SignalGroup(p.pid, sig) }
+
+// SignalGroup sends sig to the process group pgid. A group with no members
+// left is not an error.
+func SignalGroup(pgid int, sig syscall.Signal) error {
+	err := syscall.Kill(-pgid, sig)
 	if err == syscall.ESRCH {
 		return nil
 	}

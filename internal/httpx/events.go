@@ -7,6 +7,18 @@ import (
 	"github.com/opensandbox/opensandbox/api"
 )
 
+// StartStream answers 200 with the headers of an event stream: what execd
+// sends for commands and metrics, and what proxies need to pass each
+// event on at once.
+func StartStream(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+}
+
 // EventWriter writes an execd event stream: each event is one JSON object
 // and a blank line, flushed at once. Headers go out with the first event,
 // so an error before it can still be answered as plain JSON.
@@ -21,20 +33,11 @@ func NewEventWriter(w http.ResponseWriter) *EventWriter {
 	return &EventWriter{w: w, rc: http.NewResponseController(w)}
 }
 
-// Started reports whether any event has been sent, after which errors can
-// only travel as events.
-func (ew *EventWriter) Started() bool { return ew.buf != nil }
-
 // Send writes events, stamping those without a timestamp with the current
 // time, and flushes. An error means the client has gone.
 func (ew *EventWriter) Send(events ...api.Event) error {
 	if ew.buf == nil {
-		h := ew.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("Connection", "keep-alive")
-		h.Set("X-Accel-Buffering", "no")
-		ew.w.WriteHeader(http.StatusOK)
+		StartStream(ew.w)
 		ew.buf = make([]byte, 0, 4096)
 	}
 	var now int64
