@@ -192,7 +192,10 @@ func (sess *ptySession) kill() *process.Process {
 	sess.removed = true
 	proc := sess.proc
 	var targets []int
-	if proc != nil {
+	if proc != nil && !proc.Exited() {
+		// Once the shell is reaped, its group's number is only safe to
+		// use while members hold it, which the session scan below checks
+		// process by process.
 		targets = sess.signalTargetsLocked()
 	}
 	sess.mu.Unlock()
