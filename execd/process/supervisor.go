@@ -26,6 +26,10 @@ type Supervisor struct {
 	// forkMu is held for reading across fork+register and for writing while
 	// reaping, so the reaper never sees a pid that is not registered yet.
 	forkMu sync.RWMutex
+	// forks bounds the forks under way. A fork blocks its OS thread until
+	// the child has exec'd, and the Go runtime keeps every thread it ever
+	// made: 200 commands started at once would leave 200 idle threads.
+	forks chan struct{}
 
 	mu      sync.Mutex
 	waiting map[int]*Process
@@ -42,6 +46,7 @@ func NewSupervisor(reapAll bool) *Supervisor {
 	closeInheritedOnExec()
 	s := &Supervisor{
 		reapAll: reapAll,
+		forks:   make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		waiting: make(map[int]*Process),
 		live:    make(map[*Process]struct{}),
 	}
@@ -174,6 +179,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	}
 	p := &Process{sup: s, done: make(chan struct{})}
 
+	s.forks <- struct{}{}
 	s.forkMu.RLock()
 	pid, err := syscall.ForkExec(spec.Path, spec.Args, attr)
 	if err == nil {
@@ -184,6 +190,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		s.mu.Unlock()
 	}
 	s.forkMu.RUnlock()
+	<-s.forks
 	runtime.KeepAlive(files) // their descriptors were used by number
 	if err != nil {
 		return nil, &os.PathError{Op: "exec", Path: spec.Path, Err: err}
