@@ -207,9 +207,6 @@ func TestDownloadRanges(t *testing.T) {
 // TestDownloadStreams downloads a sparse file far larger than what the
 // handler may allocate, whole and in a range.
 func TestDownloadStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("large download")
-	}
 	_, c, root := newFileServer(t, nil)
 	const size = 1 << 30
 	path := filepath.Join(root, "sparse")

@@ -431,9 +431,6 @@ func TestUploadStagedAcrossFileSystems(t *testing.T) {
 // TestUploadStreams uploads a file much larger than what the handler may
 // allocate, so buffering it would fail the test.
 func TestUploadStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("large upload")
-	}
 	s, c, root := newFileServer(t, nil)
 	const size = 256 << 20
 	target := filepath.Join(root, "huge")
