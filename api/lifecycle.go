@@ -1,0 +1,214 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Lifecycle API headers.
+const (
+	HeaderAPIKey    = "OPEN-SANDBOX-API-KEY"
+	HeaderRequestID = "X-Request-ID"
+	// HeaderEgressAuth carries the egress sidecar's token.
+	HeaderEgressAuth = "OPENSANDBOX-EGRESS-AUTH"
+)
+
+// ImageSpec names the image of a sandbox, with optional registry
+// credentials.
+type ImageSpec struct {
+	URI  string     `json:"uri"`
+	Auth *ImageAuth `json:"auth,omitempty"`
+}
+
+// ImageAuth is a registry username and password.
+type ImageAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// PlatformSpec constrains the OS and architecture.
+type PlatformSpec struct {
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+}
+
+// NetworkPolicy is the egress policy of a sandbox.
+type NetworkPolicy struct {
+	DefaultAction string        `json:"defaultAction,omitempty"`
+	Egress        []NetworkRule `json:"egress,omitempty"`
+}
+
+// NetworkRule is one rule of a NetworkPolicy.
+type NetworkRule struct {
+	Action string `json:"action"`
+	Target string `json:"target"`
+}
+
+// CredentialProxy turns the credential-injecting proxy on.
+type CredentialProxy struct {
+	Enabled bool `json:"enabled"`
+}
+
+// Volume is storage mounted into a sandbox; exactly one of Host, PVC and
+// OSSFS is set.
+type Volume struct {
+	Name      string       `json:"name"`
+	MountPath string       `json:"mountPath"`
+	ReadOnly  bool         `json:"readOnly,omitempty"`
+	SubPath   string       `json:"subPath,omitempty"`
+	Host      *HostVolume  `json:"host,omitempty"`
+	PVC       *PVCVolume   `json:"pvc,omitempty"`
+	OSSFS     *OSSFSVolume `json:"ossfs,omitempty"`
+}
+
+// HostVolume is a directory of the host.
+type HostVolume struct {
+	Path string `json:"path"`
+}
+
+// PVCVolume is a named volume (a Docker volume, a Kubernetes PVC).
+type PVCVolume struct {
+	ClaimName                  string   `json:"claimName"`
+	CreateIfNotExists          *bool    `json:"createIfNotExists,omitempty"`
+	DeleteOnSandboxTermination bool     `json:"deleteOnSandboxTermination,omitempty"`
+	StorageClass               *string  `json:"storageClass,omitempty"`
+	Storage                    *string  `json:"storage,omitempty"`
+	AccessModes                []string `json:"accessModes,omitempty"`
+}
+
+// OSSFSVolume is an object-storage bucket mounted with ossfs.
+type OSSFSVolume struct {
+	Bucket          string   `json:"bucket"`
+	Endpoint        string   `json:"endpoint"`
+	Version         string   `json:"version,omitempty"`
+	Options         []string `json:"options,omitempty"`
+	AccessKeyID     string   `json:"accessKeyId"`
+	AccessKeySecret string   `json:"accessKeySecret"`
+}
+
+// CreateSandboxRequest is the body of POST /sandboxes. Timeout is a
+// pointer so that an explicit null (no expiry) and an omitted field mean
+// the same, and 0 can be told apart from them.
+type CreateSandboxRequest struct {
+	Image           *ImageSpec         `json:"image,omitempty"`
+	SnapshotID      string             `json:"snapshotId,omitempty"`
+	Entrypoint      []string           `json:"entrypoint,omitempty"`
+	Timeout         *int64             `json:"timeout,omitempty"`
+	ResourceLimits  map[string]string  `json:"resourceLimits,omitempty"`
+	Env             map[string]*string `json:"env,omitempty"`
+	Metadata        map[string]string  `json:"metadata,omitempty"`
+	Platform        *PlatformSpec      `json:"platform,omitempty"`
+	NetworkPolicy   json.RawMessage    `json:"networkPolicy,omitempty"`
+	CredentialProxy *CredentialProxy   `json:"credentialProxy,omitempty"`
+	SecureAccess    bool               `json:"secureAccess,omitempty"`
+	Volumes         []Volume           `json:"volumes,omitempty"`
+	Extensions      map[string]string  `json:"extensions,omitempty"`
+}
+
+// SandboxStatus is the status of a sandbox on the wire.
+type SandboxStatus struct {
+	State            string     `json:"state"`
+	Reason           string     `json:"reason,omitempty"`
+	Message          string     `json:"message,omitempty"`
+	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
+}
+
+// Sandbox is a sandbox on the wire (GET, list items, PATCH metadata).
+type Sandbox struct {
+	ID         string            `json:"id"`
+	Image      *ImageSpec        `json:"image,omitempty"`
+	SnapshotID string            `json:"snapshotId,omitempty"`
+	Platform   *PlatformSpec     `json:"platform,omitempty"`
+	Status     SandboxStatus     `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Entrypoint []string          `json:"entrypoint"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// CreateSandboxResponse is the 202 body of POST /sandboxes: a Sandbox
+// without image and snapshotId.
+type CreateSandboxResponse struct {
+	ID         string            `json:"id"`
+	Status     SandboxStatus     `json:"status"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Platform   *PlatformSpec     `json:"platform,omitempty"`
+	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+	Entrypoint []string          `json:"entrypoint"`
+}
+
+// PaginationInfo describes a page of a list.
+type PaginationInfo struct {
+	Page        int  `json:"page"`
+	PageSize    int  `json:"pageSize"`
+	TotalItems  int  `json:"totalItems"`
+	TotalPages  int  `json:"totalPages"`
+	HasNextPage bool `json:"hasNextPage"`
+}
+
+// ListSandboxesResponse is the body of GET /sandboxes.
+type ListSandboxesResponse struct {
+	Items      []Sandbox      `json:"items"`
+	Pagination PaginationInfo `json:"pagination"`
+}
+
+// RenewExpirationRequest is the body of POST .../renew-expiration and its
+// answer.
+type RenewExpirationRequest struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Endpoint is the body of GET .../endpoints/{port}.
+type Endpoint struct {
+	Endpoint string            `json:"endpoint"`
+	Headers  map[string]string `json:"headers,omitempty"`
+}
+
+// SnapshotStatus is the status of a snapshot.
+type SnapshotStatus struct {
+	State            string     `json:"state"`
+	Reason           string     `json:"reason,omitempty"`
+	Message          string     `json:"message,omitempty"`
+	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
+}
+
+// Snapshot is a snapshot on the wire.
+type Snapshot struct {
+	ID        string         `json:"id"`
+	SandboxID string         `json:"sandboxId"`
+	Name      string         `json:"name,omitempty"`
+	Status    SnapshotStatus `json:"status"`
+	CreatedAt time.Time      `json:"createdAt"`
+}
+
+// CreateSnapshotRequest is the optional body of POST .../snapshots.
+type CreateSnapshotRequest struct {
+	Name *string `json:"name,omitempty"`
+}
+
+// ListSnapshotsResponse is the body of GET /snapshots.
+type ListSnapshotsResponse struct {
+	Items      []Snapshot     `json:"items"`
+	Pagination PaginationInfo `json:"pagination"`
+}
+
+// DiagnosticContent is the descriptor answered by the diagnostics routes.
+type DiagnosticContent struct {
+	SandboxID     string     `json:"sandboxId"`
+	Kind          string     `json:"kind"`
+	Scope         string     `json:"scope"`
+	Delivery      string     `json:"delivery"`
+	ContentType   string     `json:"contentType"`
+	Truncated     bool       `json:"truncated"`
+	Content       *string    `json:"content,omitempty"`
+	ContentURL    string     `json:"contentUrl,omitempty"`
+	ExpiresAt     *time.Time `json:"expiresAt,omitempty"`
+	ContentLength *int64     `json:"contentLength,omitempty"`
+	Warnings      []string   `json:"warnings,omitempty"`
+}
+
+// Health is the body of GET /health.
+type Health struct {
+	Status string `json:"status"`
+}

@@ -1,0 +1,189 @@
+// Package lifecycle is the lifecycle server: the Manager, which carries
+// out sandbox operations on a sandbox.Runtime and enforces expiry, and the
+// HTTP API (/v1 and the root) that the OpenSandbox clients speak. It
+// never imports a runtime; cmd/opensandbox-server hands it one.
+package lifecycle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	// MaxTimeout bounds a sandbox's timeout and renewals (how far ahead
+	// an expiry may be). 0 means no bound.
+	MaxTimeout time.Duration
+	// ExpiryInterval is how often expiry is enforced. Default 250 ms, so a
+	// sandbox outlives its expiry by less than a second.
+	ExpiryInterval time.Duration
+	// HousekeepingInterval is how often the runtime's own reconciliation
+	// (orphans, drift) runs, if it has one. Default 15 s.
+	HousekeepingInterval time.Duration
+	// Logger receives the manager's log. Default: discard.
+	Logger *slog.Logger
+}
+
+// Manager carries out sandbox operations on a runtime, and runs the
+// reconcile loop that deletes expired sandboxes.
+type Manager struct {
+	rt  sandbox.Runtime
+	cfg ManagerConfig
+	log *slog.Logger
+	now func() time.Time
+}
+
+// NewManager returns a manager of rt.
+func NewManager(rt sandbox.Runtime, cfg ManagerConfig) *Manager {
+	cfg.ExpiryInterval = cmp.Or(cfg.ExpiryInterval, 250*time.Millisecond)
+	cfg.HousekeepingInterval = cmp.Or(cfg.HousekeepingInterval, 15*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{rt: rt, cfg: cfg, log: cfg.Logger, now: time.Now}
+}
+
+// Runtime returns the manager's runtime.
+func (m *Manager) Runtime() sandbox.Runtime { return m.rt }
+
+// Run enforces expiry, and runs the runtime's housekeeping, until ctx
+// ends. Expiry is kept by the runtime, so a restarted server picks every
+// timer up again from the first tick.
+func (m *Manager) Run(ctx context.Context) {
+	expiry := time.NewTicker(m.cfg.ExpiryInterval)
+	defer expiry.Stop()
+	house := time.NewTicker(m.cfg.HousekeepingInterval)
+	defer house.Stop()
+	m.housekeeping(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-expiry.C:
+			m.expire(ctx)
+		case <-house.C:
+			m.housekeeping(ctx)
+		}
+	}
+}
+
+// expire deletes every sandbox whose expiry has passed.
+func (m *Manager) expire(ctx context.Context) {
+	all, err := m.rt.List(ctx)
+	if err != nil {
+		m.log.Error("list sandboxes for expiry", "err", err)
+		return
+	}
+	now := m.now()
+	for _, sb := range all {
+		if !sb.Expired(now) {
+			continue
+		}
+		err := m.rt.Delete(ctx, sb.ID)
+		switch {
+		case err == nil:
+			m.log.Info("sandbox expired", "sandbox", sb.ID, "expiresAt", sb.ExpiresAt)
+		case errors.Is(err, sandbox.ErrNotFound):
+		default:
+			m.log.Error("delete expired sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}
+}
+
+func (m *Manager) housekeeping(ctx context.Context) {
+	rc, ok := m.rt.(sandbox.Reconciler)
+	if !ok {
+		return
+	}
+	if err := rc.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		m.log.Error("runtime reconcile", "err", err)
+	}
+}
+
+// Create makes a sandbox from spec. A spec with a SnapshotID has its
+// image resolved from the snapshot, which must be Ready.
+func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	if spec.SnapshotID != "" {
+		sn, ok := m.rt.(sandbox.Snapshotter)
+		if !ok {
+			return nil, sandbox.Coded(sandbox.ErrNotImplemented, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot restore snapshots")
+		}
+		image, err := sn.SnapshotImage(ctx, sandbox.SnapshotID(spec.SnapshotID))
+		if err != nil {
+			return nil, err
+		}
+		spec.Image = image
+	}
+	return m.rt.Create(ctx, sandbox.NewID(), spec)
+}
+
+// Renew moves a sandbox's expiry to at, which must be in the future (and
+// within MaxTimeout). A sandbox without expiry cannot be renewed.
+func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.Time, error) {
+	sb, err := m.rt.Get(ctx, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if sb.ExpiresAt == nil {
+		return time.Time{}, sandbox.Coded(sandbox.ErrConflict, "DOCKER::INVALID_EXPIRATION",
+			fmt.Sprintf("sandbox %s was created without a timeout and has no expiration to renew", id))
+	}
+	now := m.now()
+	at = at.UTC()
+	if !at.After(now) {
+		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, "DOCKER::INVALID_EXPIRATION",
+			fmt.Sprintf("new expiration %s is not in the future", at.Format(time.RFC3339)))
+	}
+	if m.cfg.MaxTimeout > 0 && at.Sub(now) > m.cfg.MaxTimeout {
+		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			fmt.Sprintf("new expiration is more than the server's maximum of %v ahead", m.cfg.MaxTimeout))
+	}
+	if err := m.rt.SetExpiry(ctx, id, &at); err != nil {
+		return time.Time{}, err
+	}
+	return at, nil
+}
+
+// Pause freezes a sandbox, if the runtime can.
+func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
+	p, ok := m.rt.(sandbox.Pauser)
+	if !ok {
+		return sandbox.Coded(sandbox.ErrNotImplemented, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot pause sandboxes")
+	}
+	return p.Pause(ctx, id)
+}
+
+// Resume thaws a sandbox, if the runtime can.
+func (m *Manager) Resume(ctx context.Context, id sandbox.ID) error {
+	p, ok := m.rt.(sandbox.Pauser)
+	if !ok {
+		return sandbox.Coded(sandbox.ErrNotImplemented, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot resume sandboxes")
+	}
+	return p.Resume(ctx, id)
+}
+
+// Snapshotter returns the runtime's snapshot support, or an error that
+// answers 501.
+func (m *Manager) Snapshotter() (sandbox.Snapshotter, error) {
+	sn, ok := m.rt.(sandbox.Snapshotter)
+	if !ok {
+		return nil, sandbox.Coded(sandbox.ErrNotImplemented, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot take snapshots")
+	}
+	return sn, nil
+}
+
+// Diagnoser returns the runtime's diagnostics, or an error that answers
+// 501.
+func (m *Manager) Diagnoser() (sandbox.Diagnoser, error) {
+	d, ok := m.rt.(sandbox.Diagnoser)
+	if !ok {
+		return nil, sandbox.Coded(sandbox.ErrNotImplemented, "DIAGNOSTICS_NOT_IMPLEMENTED", "this runtime has no diagnostics")
+	}
+	return d, nil
+}

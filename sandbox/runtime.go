@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// Runtime makes sandboxes real: on Docker, on Kubernetes, or in memory for
+// tests. Every runtime passes the conformance suite in runtime/runtimetest.
+//
+// Implementations classify their errors by wrapping the sentinels of this
+// package (ErrNotFound, ErrInvalid, ...); callers never see an engine's own
+// error types.
+type Runtime interface {
+	// Create starts making a sandbox from spec and returns it at once,
+	// normally Pending: pulling the image and starting the sandbox happen
+	// in the background, and Get reports Running once the sandbox's execd
+	// answers, or Failed with a reason. id is new; a Create for an id that
+	// exists is ErrConflict.
+	Create(ctx context.Context, id ID, spec Spec) (*Sandbox, error)
+	// Get returns the sandbox, or ErrNotFound.
+	Get(ctx context.Context, id ID) (*Sandbox, error)
+	// List returns every sandbox, in no particular order. It is served
+	// from memory, never with a call per sandbox.
+	List(ctx context.Context) ([]*Sandbox, error)
+	// Delete removes the sandbox and everything made for it. A sandbox
+	// that is not there is ErrNotFound.
+	Delete(ctx context.Context, id ID) error
+	// Endpoint says how to reach port of the sandbox. It works as soon as
+	// Create has returned, while the sandbox is still starting; it waits
+	// (within ctx) for what it needs to know.
+	Endpoint(ctx context.Context, id ID, port int) (Endpoint, error)
+	// SetExpiry sets when the sandbox is deleted automatically (nil:
+	// never), and keeps it across restarts.
+	SetExpiry(ctx context.Context, id ID, at *time.Time) error
+	// PatchMetadata applies a merge patch to the sandbox's metadata: a
+	// nil value deletes its key. It returns the sandbox as it is after.
+	PatchMetadata(ctx context.Context, id ID, patch map[string]*string) (*Sandbox, error)
+	// Close releases the runtime's resources; sandboxes keep running.
+	Close() error
+}
+
+// Pauser is a runtime that can freeze a sandbox with its processes and
+// memory, and thaw it. Both return once the state is reached; pausing a
+// sandbox that is not Running, or resuming one that is not Paused, is
+// ErrConflict.
+type Pauser interface {
+	Pause(ctx context.Context, id ID) error
+	Resume(ctx context.Context, id ID) error
+}
+
+// Snapshotter is a runtime that can capture a sandbox's file system as a
+// snapshot from which new sandboxes can be created.
+type Snapshotter interface {
+	// CreateSnapshot starts capturing sandbox id and returns the snapshot,
+	// Creating; it becomes Ready (or Failed) in the background. The sandbox
+	// must be Running (else ErrConflict).
+	CreateSnapshot(ctx context.Context, id ID, snap SnapshotID, name string) (*Snapshot, error)
+	GetSnapshot(ctx context.Context, snap SnapshotID) (*Snapshot, error)
+	ListSnapshots(ctx context.Context) ([]*Snapshot, error)
+	// DeleteSnapshot removes a snapshot; one still Creating is ErrConflict.
+	DeleteSnapshot(ctx context.Context, snap SnapshotID) error
+	// SnapshotImage returns the image a Ready snapshot restores from.
+	SnapshotImage(ctx context.Context, snap SnapshotID) (string, error)
+}
+
+// Diagnoser is a runtime that can tell what happened to a sandbox.
+type Diagnoser interface {
+	// Logs returns the output of the sandbox's main process (its
+	// container's log), at most tail lines when tail > 0, only what came
+	// after since when since is not zero.
+	Logs(ctx context.Context, id ID, tail int, since time.Time) (string, error)
+	// Events returns what happened to the sandbox, oldest first: its
+	// lifecycle transitions and the engine's events.
+	Events(ctx context.Context, id ID) ([]Event, error)
+	// Inspect returns a human-readable description of the sandbox's
+	// runtime objects.
+	Inspect(ctx context.Context, id ID) (string, error)
+}
+
+// Reconciler is a runtime with housekeeping of its own, which the
+// lifecycle manager runs periodically: removing orphaned objects and
+// correcting drift between what it recorded and what the engine has.
+type Reconciler interface {
+	Reconcile(ctx context.Context) error
+}
+
+// Event is one thing that happened to a sandbox.
+type Event struct {
+	Time time.Time
+	// Source is "lifecycle" for state transitions and requests, "runtime"
+	// for what the engine reported.
+	Source  string
+	Type    string // short code: CREATED, RUNNING, PAUSED, DIE, OOM, ...
+	Message string
+}
+
+// Event sources.
+const (
+	SourceLifecycle = "lifecycle"
+	SourceRuntime   = "runtime"
+)
+
+// SnapshotID identifies a snapshot.
+type SnapshotID string
+
+// NewSnapshotID returns a fresh random snapshot ID.
+func NewSnapshotID() SnapshotID { return SnapshotID(newUUID()) }
+
+// SnapshotState is where a snapshot is in its life.
+type SnapshotState string
+
+// Snapshot states.
+const (
+	SnapshotCreating SnapshotState = "Creating"
+	SnapshotReady    SnapshotState = "Ready"
+	SnapshotDeleting SnapshotState = "Deleting"
+	SnapshotFailed   SnapshotState = "Failed"
+)
+
+// Snapshot is a captured file system of a sandbox.
+type Snapshot struct {
+	ID        SnapshotID
+	SandboxID ID
+	Name      string
+	State     SnapshotState
+	Reason    string
+	Message   string
+	Since     time.Time
+	CreatedAt time.Time
+}
