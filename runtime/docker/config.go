@@ -1,0 +1,332 @@
+package docker
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/go-connections/nat"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+// Config configures the Docker runtime. It is the [runtime.docker] table
+// of the server's configuration file; docs/configuration.md documents
+// every key.
+type Config struct {
+	// Host is the engine's address (unix:///var/run/docker.sock,
+	// tcp://...). Default: DOCKER_HOST, else the local socket.
+	Host string `toml:"host"`
+	// DataDir holds the runtime's state database and the sandboxes' token
+	// files. Default /var/lib/opensandbox/docker.
+	DataDir string `toml:"data_dir"`
+	// ExecdPath is the static execd binary mounted read-only into every
+	// sandbox. Default: "execd" beside the server's own binary.
+	ExecdPath string `toml:"execd_path"`
+	// LabelScope tells this server's containers from others' on the same
+	// engine. Default "default".
+	LabelScope string `toml:"label_scope"`
+	// BindIP is the host address sandbox ports are published on. Default
+	// 127.0.0.1: ports are private to this machine.
+	BindIP string `toml:"bind_ip"`
+	// PublicHost is the host name or address put in endpoints. Default:
+	// BindIP, or 127.0.0.1 when BindIP is 0.0.0.0.
+	PublicHost string `toml:"public_host"`
+	// Network is the Docker network sandboxes join. Default "bridge".
+	Network string `toml:"network"`
+	// Runtime is the OCI runtime of sandboxes ("" for the engine's
+	// default, "runsc" for gVisor). A sandbox may ask for another with the
+	// extension "docker.runtime".
+	Runtime string `toml:"runtime"`
+	// AllowedRuntimes lists the runtimes a sandbox may ask for. Default:
+	// "runc" and "runsc".
+	AllowedRuntimes []string `toml:"allowed_runtimes"`
+	// PullPolicy is when images are pulled: "if-not-present" (default),
+	// "always" or "never".
+	PullPolicy string `toml:"pull_policy"`
+	// StartTimeout is how long a sandbox may take from its container's
+	// start until execd answers. Default 60 s.
+	StartTimeout time.Duration `toml:"start_timeout"`
+	// DefaultCPU and DefaultMemory apply when a request sets no limit
+	// ("1", "500m"; "1Gi", "512Mi"). Empty: no limit.
+	DefaultCPU    string `toml:"default_cpu"`
+	DefaultMemory string `toml:"default_memory"`
+	// PidsLimit bounds the processes of a sandbox. Default 4096; -1: none.
+	PidsLimit int64 `toml:"pids_limit"`
+	// CapAdd is the capability set of sandboxes, all others dropped.
+	// Default: what root needs to install packages and run services
+	// (see defaultCaps).
+	CapAdd []string `toml:"capabilities"`
+	// BlockMetadata makes cloud metadata addresses unreachable from
+	// sandboxes. Default true.
+	BlockMetadata *bool `toml:"block_metadata"`
+	// BlockedCIDRs are extra destinations sandboxes may not reach.
+	BlockedCIDRs []string `toml:"blocked_cidrs"`
+}
+
+// defaultCaps is the capability set of a sandbox: Docker's default set
+// without NET_RAW (spoofed packets), MKNOD (device nodes), SETFCAP and
+// AUDIT_WRITE. Root in the sandbox can still install packages (chown,
+// setuid to the package manager's user) and bind low ports.
+var defaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"}
+
+// metadataCIDRs are the cloud metadata services: link-local (AWS, GCP,
+// Azure, OpenStack, ECS) and Alibaba Cloud's.
+var metadataCIDRs = []string{"169.254.0.0/16", "100.100.100.200/32"}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
+func (c *Config) setDefaults() {
+	c.DataDir = cmp.Or(c.DataDir, "/var/lib/opensandbox/docker")
+	c.LabelScope = cmp.Or(c.LabelScope, "default")
+	c.BindIP = cmp.Or(c.BindIP, "127.0.0.1")
+	if c.PublicHost == "" {
+		c.PublicHost = c.BindIP
+		if c.BindIP == "0.0.0.0" || c.BindIP == "::" {
+			c.PublicHost = "127.0.0.1"
+		}
+	}
+	c.Network = cmp.Or(c.Network, "bridge")
+	c.PullPolicy = cmp.Or(c.PullPolicy, "if-not-present")
+	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
+	c.PidsLimit = cmp.Or(c.PidsLimit, 4096)
+	if c.CapAdd == nil {
+		c.CapAdd = slices.Clone(defaultCaps)
+	}
+	if c.AllowedRuntimes == nil {
+		c.AllowedRuntimes = []string{"runc", "runsc"}
+	}
+	if c.BlockMetadata == nil {
+		t := true
+		c.BlockMetadata = &t
+	}
+	if c.ExecdPath == "" {
+		if self, err := os.Executable(); err == nil {
+			c.ExecdPath = filepath.Join(filepath.Dir(self), "execd")
+		}
+	}
+}
+
+// Validate checks the configuration, naming the field at fault.
+func (c *Config) Validate() error {
+	switch c.PullPolicy {
+	case "if-not-present", "always", "never":
+	default:
+		return fmt.Errorf("runtime.docker.pull_policy: %q is not if-not-present, always or never", c.PullPolicy)
+	}
+	if c.DefaultCPU != "" {
+		if _, err := sandbox.ParseCPU(c.DefaultCPU); err != nil {
+			return fmt.Errorf("runtime.docker.default_cpu: %w", err)
+		}
+	}
+	if c.DefaultMemory != "" {
+		if _, err := sandbox.ParseMemory(c.DefaultMemory); err != nil {
+			return fmt.Errorf("runtime.docker.default_memory: %w", err)
+		}
+	}
+	fi, err := os.Stat(c.ExecdPath)
+	if err != nil {
+		return fmt.Errorf("runtime.docker.execd_path: %w (build it with make build)", err)
+	}
+	if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("runtime.docker.execd_path: %s is not executable", c.ExecdPath)
+	}
+	if c.Runtime != "" && !slices.Contains(c.AllowedRuntimes, c.Runtime) {
+		return fmt.Errorf("runtime.docker.runtime: %q is not in allowed_runtimes", c.Runtime)
+	}
+	return nil
+}
+
+// Paths inside every sandbox.
+const (
+	execdInSandbox = "/opt/opensandbox/bin/execd"
+	tokenInSandbox = "/opt/opensandbox/token"
+)
+
+// Label keys. The values of labelScope and labelID locate a sandbox's
+// container; the others record immutable facts.
+const (
+	labelScope      = "opensandbox.scope"
+	labelID         = "opensandbox.id"
+	labelCreated    = "opensandbox.created"
+	labelImage      = "opensandbox.image"
+	labelSnapshot   = "opensandbox.snapshot"
+	labelEntrypoint = "opensandbox.entrypoint"
+	labelMetadata   = "opensandbox.metadata"
+	labelExtensions = "opensandbox.extensions"
+	labelExpires    = "opensandbox.expires"
+	labelSecure     = "opensandbox.secure-access"
+	labelPlatform   = "opensandbox.platform"
+	// labelVolumeOwner marks a named volume the runtime created for a
+	// sandbox.
+	labelVolumeOwner = "opensandbox.volume-owner"
+	// labelSnapshotOf marks a snapshot image.
+	labelSnapshotOf = "opensandbox.snapshot-of"
+)
+
+// extRuntime is the extension that picks a sandbox's OCI runtime.
+const extRuntime = "docker.runtime"
+
+func containerName(id sandbox.ID) string { return "osb-" + string(id) }
+
+// containerConfig builds the container of a sandbox. It is pure: the same
+// input gives the same configuration, which tests compare to golden files.
+func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created time.Time, tokenFile string) (*container.Config, *container.HostConfig, *ocispec.Platform, error) {
+	labels := map[string]string{
+		labelScope:   cfg.LabelScope,
+		labelID:      string(id),
+		labelCreated: created.UTC().Format(time.RFC3339Nano),
+		labelImage:   spec.Image,
+	}
+	if spec.SnapshotID != "" {
+		labels[labelSnapshot] = spec.SnapshotID
+	}
+	for key, v := range map[string]any{labelEntrypoint: spec.Entrypoint, labelMetadata: spec.Metadata, labelExtensions: spec.Extensions} {
+		b, _ := json.Marshal(v)
+		labels[key] = string(b)
+	}
+	if spec.ExpiresAt != nil {
+		labels[labelExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if spec.SecureAccess {
+		labels[labelSecure] = "true"
+	}
+	var platform *ocispec.Platform
+	if spec.Platform != nil {
+		labels[labelPlatform] = spec.Platform.OS + "/" + spec.Platform.Arch
+		platform = &ocispec.Platform{OS: spec.Platform.OS, Architecture: spec.Platform.Arch}
+	}
+
+	env := make([]string, 0, len(spec.Env))
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	cmd := append([]string{"--access-token-file", tokenInSandbox, "--"}, spec.Entrypoint...)
+	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
+	exposed := nat.PortSet{execdPort: {}}
+	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
+	if !spec.SecureAccess {
+		// The app port is published directly; with secure access every
+		// port goes through execd's proxy, which wants the token.
+		exposed[appPort] = struct{}{}
+		bindings[appPort] = []nat.PortBinding{{HostIP: cfg.BindIP}}
+	}
+	cc := &container.Config{
+		Image:        spec.Image,
+		Entrypoint:   []string{execdInSandbox},
+		Cmd:          cmd,
+		Env:          env,
+		Labels:       labels,
+		ExposedPorts: exposed,
+	}
+
+	res, err := resources(cfg, spec.Resources)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: cfg.ExecdPath, Target: execdInSandbox, ReadOnly: true},
+		{Type: mount.TypeBind, Source: tokenFile, Target: tokenInSandbox, ReadOnly: true},
+	}
+	for _, v := range spec.Volumes {
+		m, err := volumeMount(v)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		mounts = append(mounts, m)
+	}
+	ociRuntime := cfg.Runtime
+	if r, ok := spec.Extensions[extRuntime]; ok {
+		if !slices.Contains(cfg.AllowedRuntimes, r) {
+			return nil, nil, nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+				fmt.Sprintf("extension %s: runtime %q is not allowed (allowed: %v)", extRuntime, r, cfg.AllowedRuntimes))
+		}
+		ociRuntime = r
+	}
+	if ociRuntime == "runc" {
+		ociRuntime = "" // the engine's default
+	}
+	hc := &container.HostConfig{
+		NetworkMode:  container.NetworkMode(cfg.Network),
+		PortBindings: bindings,
+		Mounts:       mounts,
+		Resources:    res,
+		SecurityOpt:  []string{"no-new-privileges:true"},
+		CapDrop:      []string{"ALL"},
+		CapAdd:       slices.Clone(cfg.CapAdd),
+		Runtime:      ociRuntime,
+	}
+	return cc, hc, platform, nil
+}
+
+// resources turns a sandbox's limits, or the configured defaults, into
+// the engine's.
+func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
+	var res container.Resources
+	cpu := r.CPUMillis
+	if cpu == 0 && cfg.DefaultCPU != "" {
+		cpu, _ = sandbox.ParseCPU(cfg.DefaultCPU)
+	}
+	res.NanoCPUs = cpu * 1_000_000
+	mem := r.MemoryBytes
+	if mem == 0 && cfg.DefaultMemory != "" {
+		mem, _ = sandbox.ParseMemory(cfg.DefaultMemory)
+	}
+	if mem > 0 {
+		res.Memory = mem
+		res.MemorySwap = mem // no swap beyond the limit
+	}
+	pids := r.Pids
+	if pids == 0 {
+		pids = cfg.PidsLimit
+	}
+	if pids > 0 {
+		res.PidsLimit = &pids
+	}
+	switch r.GPUs {
+	case "":
+	case "all":
+		res.DeviceRequests = []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}}}
+	default:
+		n, err := strconv.Atoi(r.GPUs)
+		if err != nil || n < 1 {
+			return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("gpu %q: want a count or \"all\"", r.GPUs))
+		}
+		res.DeviceRequests = []container.DeviceRequest{{Count: n, Capabilities: [][]string{{"gpu"}}}}
+	}
+	return res, nil
+}
+
+func volumeMount(v sandbox.Volume) (mount.Mount, error) {
+	switch {
+	case v.HostPath != "":
+		src := v.HostPath
+		if v.SubPath != "" {
+			src = filepath.Join(src, v.SubPath)
+		}
+		return mount.Mount{Type: mount.TypeBind, Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly,
+			BindOptions: &mount.BindOptions{CreateMountpoint: false}}, nil
+	case v.Claim != nil:
+		if v.SubPath != "" {
+			return mount.Mount{}, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_SUBPATH",
+				fmt.Sprintf("volume %s: subPath on a named volume needs Docker 26 or later", v.Name))
+		}
+		return mount.Mount{Type: mount.TypeVolume, Source: v.Claim.Name, Target: v.MountPath, ReadOnly: v.ReadOnly}, nil
+	}
+	return mount.Mount{}, errors.New("volume " + v.Name + " has no backend")
+}

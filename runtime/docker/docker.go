@@ -1,0 +1,473 @@
+// Package docker is the sandbox.Runtime on a Docker engine. Every sandbox
+// is one container whose init is the static execd, mounted read-only;
+// its immutable facts live in container labels and its mutable state in
+// an embedded store, and an in-memory index kept current by the engine's
+// event stream answers every read. Only engine.go speaks to the engine.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+var (
+	_ sandbox.Runtime     = (*Runtime)(nil)
+	_ sandbox.Pauser      = (*Runtime)(nil)
+	_ sandbox.Snapshotter = (*Runtime)(nil)
+	_ sandbox.Diagnoser   = (*Runtime)(nil)
+	_ sandbox.Reconciler  = (*Runtime)(nil)
+)
+
+// Runtime runs sandboxes as Docker containers.
+type Runtime struct {
+	cfg    Config
+	log    *slog.Logger
+	eng    *engine
+	st     *store
+	tokens string // directory of the token files
+	pulls  singleflight.Group
+	guard  *netGuard
+
+	// ctx lives as long as the runtime: creates and the event loop run in
+	// it, not in the request that started them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	byID map[sandbox.ID]*entry
+}
+
+// entry is the index's view of one sandbox. Fields are guarded by
+// Runtime.mu, except the channels, which are made once.
+type entry struct {
+	sb    sandbox.Sandbox
+	token string
+	// ports maps container ports to their host addresses, once known.
+	ports map[int]string
+	// portsKnown is closed when ports are known, or when the sandbox
+	// failed before they were.
+	portsKnown chan struct{}
+	knownOnce  sync.Once
+	// cancel stops a create in progress; done is closed when it ended.
+	cancel   context.CancelFunc
+	done     chan struct{}
+	deleting bool
+}
+
+func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
+
+func newEntry(sb sandbox.Sandbox, token string) *entry {
+	return &entry{sb: sb, token: token, ports: map[int]string{}, portsKnown: make(chan struct{})}
+}
+
+// New connects to the engine, opens the state store and rebuilds the
+// index from the engine and the store: every sandbox of a previous run is
+// back, creates it interrupted are finished, and leftovers are removed.
+func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tokens := filepath.Join(cfg.DataDir, "tokens")
+	if err := os.MkdirAll(tokens, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	eng, err := newEngine(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	pingCtx, cancelPing := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelPing()
+	if _, err := eng.ping(pingCtx); err != nil {
+		eng.close()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	st, err := openStore(filepath.Join(cfg.DataDir, "state.db"))
+	if err != nil {
+		eng.close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, tokens: tokens,
+		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{}}
+	defer func() {
+		if retErr != nil {
+			r.Close()
+		}
+	}()
+	if *cfg.BlockMetadata || len(cfg.BlockedCIDRs) > 0 {
+		if r.guard, err = newNetGuard(ctx, eng, cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.rebuild(ctx); err != nil {
+		return nil, err
+	}
+	r.wg.Add(1)
+	go r.watchEvents()
+	return r, nil
+}
+
+// Close stops the runtime's background work; sandboxes keep running.
+func (r *Runtime) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	r.st.close()
+	return r.eng.close()
+}
+
+func (r *Runtime) scopeLabel() string { return labelScope + "=" + r.cfg.LabelScope }
+
+func newToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (r *Runtime) tokenFile(id sandbox.ID) string { return filepath.Join(r.tokens, string(id)) }
+
+// readToken returns the token of a sandbox from its token file.
+func (r *Runtime) readToken(id sandbox.ID) string {
+	b, _ := os.ReadFile(r.tokenFile(id))
+	return string(b)
+}
+
+func cloneSandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
+	c := *sb
+	c.Entrypoint = slices.Clone(sb.Entrypoint)
+	c.Metadata = maps.Clone(sb.Metadata)
+	c.Extensions = maps.Clone(sb.Extensions)
+	if sb.ExpiresAt != nil {
+		t := *sb.ExpiresAt
+		c.ExpiresAt = &t
+	}
+	if sb.Platform != nil {
+		p := *sb.Platform
+		c.Platform = &p
+	}
+	return &c
+}
+
+// get returns the entry of id, or ErrNotFound. r.mu must be held.
+func (r *Runtime) getLocked(id sandbox.ID) (*entry, error) {
+	e, ok := r.byID[id]
+	if !ok || e.deleting {
+		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	return e, nil
+}
+
+// transitionLocked moves an entry to a new state and records the event.
+// r.mu must be held.
+func (r *Runtime) transitionLocked(e *entry, state sandbox.State, reason, msg string) {
+	if e.sb.Status.State == state && e.sb.Status.Reason == reason {
+		return
+	}
+	now := time.Now().UTC()
+	e.sb.Status = sandbox.Status{State: state, Reason: reason, Message: msg, Since: now}
+	r.event(e.sb.ID, sandbox.Event{Time: now, Source: sandbox.SourceLifecycle, Type: reason, Message: stateMessage(state, msg)})
+}
+
+func stateMessage(state sandbox.State, msg string) string {
+	if msg == "" {
+		return string(state)
+	}
+	return string(state) + ": " + msg
+}
+
+// event records an event in the store; failing to is logged, not fatal.
+func (r *Runtime) event(id sandbox.ID, ev sandbox.Event) {
+	go func() {
+		if err := r.st.appendEvent(id, ev); err != nil {
+			r.log.Warn("record event", "sandbox", id, "err", err)
+		}
+	}()
+}
+
+// Create records the sandbox and starts provisioning it in the
+// background: image, container, start, and the wait for execd. It returns
+// at once with the sandbox Pending. Inputs that cannot work (a volume that
+// does not exist, a runtime not allowed) fail here, before anything is
+// made.
+func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (_ *sandbox.Sandbox, retErr error) {
+	created := time.Now().UTC()
+	// Checked now, so a bad request leaves nothing behind.
+	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, r.tokenFile(id)); err != nil {
+		return nil, err
+	}
+	if err := r.checkVolumes(ctx, spec.Volumes); err != nil {
+		return nil, err
+	}
+
+	rec := &record{
+		ID: id, Image: spec.Image, SnapshotID: spec.SnapshotID, Entrypoint: slices.Clone(spec.Entrypoint),
+		Metadata: maps.Clone(spec.Metadata), Extensions: maps.Clone(spec.Extensions), Platform: spec.Platform,
+		SecureAccess: spec.SecureAccess, CreatedAt: created, ExpiresAt: spec.ExpiresAt,
+		NeededAuth: spec.ImageAuth != nil,
+	}
+	stored := spec
+	stored.ImageAuth = nil
+	rec.Spec = &stored
+
+	token := newToken()
+	e := newEntry(recordSandbox(rec), token)
+	r.mu.Lock()
+	if _, exists := r.byID[id]; exists {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrConflict)
+	}
+	r.byID[id] = e
+	r.transitionLocked(e, sandbox.StatePending, "CREATING", "")
+	r.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			r.mu.Lock()
+			delete(r.byID, id)
+			r.mu.Unlock()
+			os.Remove(r.tokenFile(id))
+			r.st.deleteSandbox(id)
+		}
+	}()
+	if err := os.WriteFile(r.tokenFile(id), []byte(token), 0o400); err != nil {
+		return nil, fmt.Errorf("write token of %s: %w", id, err)
+	}
+	if err := r.st.putRecord(rec); err != nil {
+		return nil, fmt.Errorf("record sandbox %s: %w", id, err)
+	}
+	r.startProvision(e, spec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return cloneSandbox(&e.sb), nil
+}
+
+// recordSandbox is the sandbox a record describes, before its container
+// says more.
+func recordSandbox(rec *record) sandbox.Sandbox {
+	return sandbox.Sandbox{
+		ID: rec.ID, Image: rec.Image, SnapshotID: rec.SnapshotID, Entrypoint: slices.Clone(rec.Entrypoint),
+		Metadata: maps.Clone(rec.Metadata), Extensions: maps.Clone(rec.Extensions), Platform: rec.Platform,
+		SecureAccess: rec.SecureAccess, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
+	}
+}
+
+// Get returns the sandbox from the index.
+func (r *Runtime) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, err := r.getLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	return cloneSandbox(&e.sb), nil
+}
+
+// List returns every sandbox of this runtime's scope from the index.
+func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*sandbox.Sandbox, 0, len(r.byID))
+	for _, e := range r.byID {
+		if !e.deleting {
+			out = append(out, cloneSandbox(&e.sb))
+		}
+	}
+	return out, nil
+}
+
+// Delete removes the sandbox's container, the named volumes made for it,
+// its token and its records. A delete interrupted by a restart is
+// finished by the next reconcile: the record is marked first.
+func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	e.deleting = true
+	cancel, done := e.cancel, e.done
+	r.mu.Unlock()
+	if err := r.st.updateRecord(id, func(rec *record) { rec.Deleting = true }); err != nil {
+		r.log.Warn("mark sandbox deleting", "sandbox", id, "err", err)
+	}
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	if err := r.finishDelete(context.WithoutCancel(ctx), id); err != nil {
+		r.mu.Lock()
+		e.deleting = false // still there; the caller may retry
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// finishDelete removes everything of a sandbox marked deleting.
+func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
+	if err := r.eng.remove(ctx, containerName(id)); err != nil {
+		return fmt.Errorf("remove container of %s: %w", id, err)
+	}
+	recs, _ := r.st.records()
+	if rec := recs[id]; rec != nil {
+		for _, v := range rec.OwnedVolumes {
+			if err := r.eng.removeVolume(ctx, v); err != nil {
+				r.log.Warn("remove volume of deleted sandbox", "sandbox", id, "volume", v, "err", err)
+			}
+		}
+	}
+	os.Remove(r.tokenFile(id))
+	if err := r.st.deleteSandbox(id); err != nil {
+		return fmt.Errorf("forget sandbox %s: %w", id, err)
+	}
+	r.mu.Lock()
+	delete(r.byID, id)
+	r.mu.Unlock()
+	r.log.Info("sandbox deleted", "sandbox", id)
+	return nil
+}
+
+// Endpoint says how to reach port: execd (44772) and the app port (8080)
+// are published on the host; every other port, and the app port of a
+// sandbox with secure access, goes through execd's port proxy, with the
+// sandbox's token. Right after Create it waits, within ctx, until the
+// container's ports are known.
+func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
+	if port < 1 || port > 65535 {
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, "DOCKER::INVALID_PORT", fmt.Sprintf("port %d is not in 1..65535", port))
+	}
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	r.mu.Unlock()
+	if err != nil {
+		return sandbox.Endpoint{}, err
+	}
+	select {
+	case <-e.portsKnown:
+	case <-ctx.Done():
+		return sandbox.Endpoint{}, fmt.Errorf("sandbox %s is still starting: %w", id, sandbox.ErrUnavailable)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	execd, ok := e.ports[sandbox.PortExecd]
+	if !ok {
+		st := e.sb.Status
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, "DOCKER::NETWORK_MODE_ENDPOINT_UNAVAILABLE",
+			fmt.Sprintf("sandbox %s has no published ports (%s: %s)", id, st.State, st.Message))
+	}
+	headers := map[string]string{sandbox.HeaderExecdToken: e.token}
+	switch {
+	case port == sandbox.PortExecd:
+		return sandbox.Endpoint{Address: r.publicAddr(execd), Headers: headers}, nil
+	case port == sandbox.PortApp && !e.sb.SecureAccess:
+		if app, ok := e.ports[sandbox.PortApp]; ok {
+			return sandbox.Endpoint{Address: r.publicAddr(app)}, nil
+		}
+	}
+	return sandbox.Endpoint{Address: r.publicAddr(execd) + "/proxy/" + strconv.Itoa(port), Headers: headers}, nil
+}
+
+// publicAddr puts the configured public host in front of a published
+// port's host address.
+func (r *Runtime) publicAddr(hostAddr string) string {
+	_, port := splitHostPort(hostAddr)
+	return joinHostPort(r.cfg.PublicHost, port)
+}
+
+// SetExpiry records a new expiry.
+func (r *Runtime) SetExpiry(ctx context.Context, id sandbox.ID, at *time.Time) error {
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	if err == nil {
+		e.sb.ExpiresAt = at
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := r.st.updateRecord(id, func(rec *record) { rec.ExpiresAt = at }); err != nil {
+		return fmt.Errorf("record expiry of %s: %w", id, err)
+	}
+	return nil
+}
+
+// PatchMetadata applies a merge patch to the metadata and records it.
+func (r *Runtime) PatchMetadata(ctx context.Context, id sandbox.ID, patch map[string]*string) (*sandbox.Sandbox, error) {
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	md := maps.Clone(e.sb.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(md, k)
+		} else {
+			md[k] = *v
+		}
+	}
+	e.sb.Metadata = md
+	sb := cloneSandbox(&e.sb)
+	r.mu.Unlock()
+	if err := r.st.updateRecord(id, func(rec *record) { rec.Metadata = maps.Clone(md) }); err != nil {
+		return nil, fmt.Errorf("record metadata of %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Pause freezes the container (cgroup freezer): its processes and memory
+// stay as they are. It returns once the container is paused.
+func (r *Runtime) Pause(ctx context.Context, id sandbox.ID) error {
+	return r.pauseOrResume(ctx, id, sandbox.StateRunning, sandbox.StatePaused, "DOCKER::SANDBOX_NOT_RUNNING", r.eng.pause)
+}
+
+// Resume thaws a paused container.
+func (r *Runtime) Resume(ctx context.Context, id sandbox.ID) error {
+	return r.pauseOrResume(ctx, id, sandbox.StatePaused, sandbox.StateRunning, "DOCKER::SANDBOX_NOT_PAUSED", r.eng.unpause)
+}
+
+func (r *Runtime) pauseOrResume(ctx context.Context, id sandbox.ID, from, to sandbox.State, code string, op func(context.Context, string) error) error {
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	if err == nil && e.sb.Status.State != from {
+		err = sandbox.Coded(sandbox.ErrConflict, code, fmt.Sprintf("sandbox %s is %s, not %s", id, e.sb.Status.State, from))
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := op(ctx, containerName(id)); err != nil {
+		if errors.Is(err, errNoSuchObject) {
+			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
+		return fmt.Errorf("%s sandbox %s: %w", map[sandbox.State]string{sandbox.StatePaused: "pause", sandbox.StateRunning: "resume"}[to], id, err)
+	}
+	r.mu.Lock()
+	reason := map[sandbox.State]string{sandbox.StatePaused: "CONTAINER_PAUSED", sandbox.StateRunning: "CONTAINER_RUNNING"}[to]
+	r.transitionLocked(e, to, reason, "")
+	r.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,324 @@
+package docker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/registry"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// engine is the only place that speaks to the Docker Engine API. It turns
+// the client's types into the few facts the runtime needs, and its
+// errors into errNoSuchObject, errConflict or plain errors.
+type engine struct {
+	c *client.Client
+}
+
+var (
+	errNoSuchObject = errors.New("no such object")
+	errNameConflict = errors.New("name already in use")
+)
+
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case client.IsErrNotFound(err):
+		return fmt.Errorf("%w: %v", errNoSuchObject, err)
+	case strings.Contains(err.Error(), "Conflict.") || strings.Contains(err.Error(), "is already in use"):
+		return fmt.Errorf("%w: %v", errNameConflict, err)
+	}
+	return err
+}
+
+// newEngine connects to the engine at host ("" for DOCKER_HOST or the
+// default socket), negotiating the API version so that older engines
+// (Debian's 20.10 speaks 1.41) are served.
+func newEngine(host string) (*engine, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	c, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	return &engine{c: c}, nil
+}
+
+func (e *engine) ping(ctx context.Context) (string, error) {
+	p, err := e.c.Ping(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reach the Docker engine: %w", err)
+	}
+	e.c.NegotiateAPIVersionPing(p)
+	return p.APIVersion, nil
+}
+
+// containerInfo is what the runtime needs to know of a container.
+type containerInfo struct {
+	ID     string
+	Name   string
+	Labels map[string]string
+	// State is the engine's: created, running, paused, restarting,
+	// removing, exited, dead.
+	State    string
+	ExitCode int
+	OOMKilled bool
+	Error    string
+	// Ports maps a container TCP port to the host address it is
+	// published on.
+	Ports map[int]string
+}
+
+// list returns the containers carrying label (key=value), running or not,
+// with their published ports: one engine call for all of them.
+func (e *engine) list(ctx context.Context, label string) ([]containerInfo, error) {
+	cs, err := e.c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label))})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := make([]containerInfo, 0, len(cs))
+	for _, c := range cs {
+		info := containerInfo{ID: c.ID, Labels: c.Labels, State: string(c.State), Ports: map[int]string{}}
+		if info.State == "exited" {
+			// "Exited (137) 2 minutes ago"
+			if _, rest, ok := strings.Cut(c.Status, "("); ok {
+				if code, _, ok := strings.Cut(rest, ")"); ok {
+					info.ExitCode, _ = strconv.Atoi(code)
+				}
+			}
+		}
+		if len(c.Names) > 0 {
+			info.Name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		for _, p := range c.Ports {
+			if p.PublicPort != 0 && p.Type == "tcp" {
+				info.Ports[int(p.PrivatePort)] = net.JoinHostPort(p.IP, strconv.Itoa(int(p.PublicPort)))
+			}
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) {
+	c, err := e.c.ContainerInspect(ctx, id)
+	if err != nil {
+		return containerInfo{}, classify(err)
+	}
+	info := containerInfo{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: c.Config.Labels, Ports: map[int]string{}}
+	if c.State != nil {
+		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
+	}
+	if c.NetworkSettings != nil {
+		for port, bindings := range c.NetworkSettings.Ports {
+			if port.Proto() != "tcp" {
+				continue
+			}
+			for _, b := range bindings {
+				if b.HostPort != "" {
+					info.Ports[port.Int()] = net.JoinHostPort(b.HostIP, b.HostPort)
+					break
+				}
+			}
+		}
+	}
+	return info, nil
+}
+
+// inspectJSON returns the engine's full description of a container.
+func (e *engine) inspectJSON(ctx context.Context, id string) ([]byte, error) {
+	_, raw, err := e.c.ContainerInspectWithRaw(ctx, id, false)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return raw, nil
+}
+
+func (e *engine) create(ctx context.Context, name string, cfg *container.Config, host *container.HostConfig, platform *ocispec.Platform) (string, error) {
+	resp, err := e.c.ContainerCreate(ctx, cfg, host, &network.NetworkingConfig{}, platform, name)
+	if err != nil {
+		return "", classify(err)
+	}
+	return resp.ID, nil
+}
+
+func (e *engine) start(ctx context.Context, id string) error {
+	return classify(e.c.ContainerStart(ctx, id, container.StartOptions{}))
+}
+
+// remove force-removes a container with its anonymous volumes. A
+// container that is already gone is not an error.
+func (e *engine) remove(ctx context.Context, id string) error {
+	err := classify(e.c.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}))
+	if errors.Is(err, errNoSuchObject) || (err != nil && strings.Contains(err.Error(), "is already in progress")) {
+		return nil
+	}
+	return err
+}
+
+func (e *engine) pause(ctx context.Context, id string) error {
+	return classify(e.c.ContainerPause(ctx, id))
+}
+
+func (e *engine) unpause(ctx context.Context, id string) error {
+	return classify(e.c.ContainerUnpause(ctx, id))
+}
+
+// imageExists reports whether ref is in the engine's image store.
+func (e *engine) imageExists(ctx context.Context, ref string) (bool, error) {
+	_, err := e.c.ImageInspect(ctx, ref)
+	switch {
+	case err == nil:
+		return true, nil
+	case client.IsErrNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("inspect image %s: %w", ref, err)
+}
+
+// pull pulls ref, with credentials when auth is not nil, and returns once
+// the engine has finished (or failed, with the registry's message).
+func (e *engine) pull(ctx context.Context, ref string, username, password string, platform *ocispec.Platform) error {
+	opts := image.PullOptions{}
+	if username != "" || password != "" {
+		b, _ := json.Marshal(registry.AuthConfig{Username: username, Password: password})
+		opts.RegistryAuth = base64.URLEncoding.EncodeToString(b)
+	}
+	if platform != nil {
+		opts.Platform = platform.OS + "/" + platform.Architecture
+	}
+	rc, err := e.c.ImagePull(ctx, ref, opts)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	// The stream carries progress, and errors as messages.
+	return jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
+}
+
+// commit captures a container's file system as image repo:tag.
+func (e *engine) commit(ctx context.Context, id, ref string, labels map[string]string) (string, error) {
+	changes := make([]string, 0, len(labels))
+	for k, v := range labels {
+		changes = append(changes, fmt.Sprintf("LABEL %s=%q", k, v))
+	}
+	resp, err := e.c.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true, Changes: changes})
+	if err != nil {
+		return "", classify(err)
+	}
+	return resp.ID, nil
+}
+
+func (e *engine) removeImage(ctx context.Context, ref string) error {
+	_, err := e.c.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
+	if err = classify(err); errors.Is(err, errNoSuchObject) {
+		return nil
+	}
+	return err
+}
+
+// imagesWithLabel lists the references of images carrying label.
+func (e *engine) imagesWithLabel(ctx context.Context, label string) ([]image.Summary, error) {
+	return e.c.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", label))})
+}
+
+// logs returns a container's output, stdout and stderr interleaved as the
+// engine recorded them.
+func (e *engine) logs(ctx context.Context, id string, tail int, since time.Time) (string, error) {
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true}
+	if tail > 0 {
+		opts.Tail = strconv.Itoa(tail)
+	}
+	if !since.IsZero() {
+		opts.Since = strconv.FormatInt(since.Unix(), 10)
+	}
+	rc, err := e.c.ContainerLogs(ctx, id, opts)
+	if err != nil {
+		return "", classify(err)
+	}
+	defer rc.Close()
+	var out strings.Builder
+	if _, err := stdcopy.StdCopy(&out, &out, rc); err != nil {
+		return out.String(), err
+	}
+	return out.String(), nil
+}
+
+// events streams container events for label until ctx ends.
+func (e *engine) events(ctx context.Context, label string) (<-chan events.Message, <-chan error) {
+	return e.c.Events(ctx, events.ListOptions{Filters: filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", label))})
+}
+
+func (e *engine) volumeExists(ctx context.Context, name string) (map[string]string, bool, error) {
+	v, err := e.c.VolumeInspect(ctx, name)
+	switch {
+	case err == nil:
+		return v.Labels, true, nil
+	case client.IsErrNotFound(err):
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("inspect volume %s: %w", name, err)
+}
+
+func (e *engine) createVolume(ctx context.Context, name string, labels map[string]string) error {
+	_, err := e.c.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels})
+	return err
+}
+
+func (e *engine) removeVolume(ctx context.Context, name string) error {
+	err := classify(e.c.VolumeRemove(ctx, name, true))
+	if errors.Is(err, errNoSuchObject) {
+		return nil
+	}
+	return err
+}
+
+// runtimes returns the OCI runtimes the engine knows ("runc", "runsc").
+func (e *engine) runtimes(ctx context.Context) (map[string]bool, error) {
+	info, err := e.c.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for name := range info.Runtimes {
+		out[name] = true
+	}
+	return out, nil
+}
+
+// networkSubnets returns the IPv4 subnets of a Docker network.
+func (e *engine) networkSubnets(ctx context.Context, name string) ([]string, error) {
+	n, err := e.c.NetworkInspect(ctx, name, network.InspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("inspect network %s: %w", name, err)
+	}
+	var out []string
+	for _, c := range n.IPAM.Config {
+		if c.Subnet != "" && !strings.Contains(c.Subnet, ":") {
+			out = append(out, c.Subnet)
+		}
+	}
+	return out, nil
+}
+
+func (e *engine) close() error { return e.c.Close() }

@@ -1,0 +1,209 @@
+package docker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+// store keeps, in one embedded database file, what the engine does not:
+// each sandbox's mutable facts (expiry, metadata), a create in progress,
+// a failure that left no container, the sandboxes' event logs, and the
+// snapshots. Immutable facts also travel in container labels, so the
+// engine alone can rebuild most of it.
+type store struct {
+	db *bolt.DB
+}
+
+var (
+	bucketSandboxes = []byte("sandboxes")
+	bucketSnapshots = []byte("snapshots")
+	bucketEvents    = []byte("events")
+)
+
+// maxEvents bounds the events kept per sandbox; the oldest go first.
+const maxEvents = 200
+
+// record is what the store keeps of a sandbox.
+type record struct {
+	ID           sandbox.ID         `json:"id"`
+	Image        string             `json:"image,omitempty"`
+	SnapshotID   string             `json:"snapshotId,omitempty"`
+	Entrypoint   []string           `json:"entrypoint"`
+	Metadata     map[string]string  `json:"metadata,omitempty"`
+	Extensions   map[string]string  `json:"extensions,omitempty"`
+	Platform     *sandbox.Platform  `json:"platform,omitempty"`
+	SecureAccess bool               `json:"secureAccess,omitempty"`
+	CreatedAt    time.Time          `json:"createdAt"`
+	ExpiresAt    *time.Time         `json:"expiresAt,omitempty"`
+	// Spec is the create request (without registry credentials), kept
+	// until the sandbox runs, so that a create interrupted by a restart
+	// can be finished.
+	Spec *sandbox.Spec `json:"spec,omitempty"`
+	// NeededAuth records that the create pulled with credentials, which
+	// are never stored: such a create cannot be resumed after a restart.
+	NeededAuth bool `json:"neededAuth,omitempty"`
+	// Failure is set when the sandbox failed; it may have no container.
+	Failure *sandbox.Status `json:"failure,omitempty"`
+	// OwnedVolumes are named volumes made for this sandbox that go with it.
+	OwnedVolumes []string `json:"ownedVolumes,omitempty"`
+	// Deleting marks a delete in progress, which a restart finishes.
+	Deleting bool `json:"deleting,omitempty"`
+}
+
+// snapshotRecord is a snapshot and the image holding it.
+type snapshotRecord struct {
+	sandbox.Snapshot
+	Image string `json:"image,omitempty"`
+}
+
+func openStore(path string) (*store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: another server holds it", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketEvents} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialize %s: %w", path, err)
+	}
+	return &store{db: db}, nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucket).Put([]byte(key), b)
+}
+
+func (s *store) putRecord(r *record) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketSandboxes, string(r.ID), r) })
+}
+
+// updateRecord applies fn to the stored record of id, if there is one.
+func (s *store) updateRecord(id sandbox.ID, fn func(*record)) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes)
+		raw := b.Get([]byte(id))
+		if raw == nil {
+			return nil
+		}
+		var r record
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("decode record %s: %w", id, err)
+		}
+		fn(&r)
+		return put(tx, bucketSandboxes, string(id), &r)
+	})
+}
+
+// deleteSandbox removes a sandbox's record and events.
+func (s *store) deleteSandbox(id sandbox.ID) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketSandboxes).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketEvents).Delete([]byte(id))
+	})
+}
+
+func (s *store) records() (map[sandbox.ID]*record, error) {
+	out := map[sandbox.ID]*record{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("decode record %s: %w", k, err)
+			}
+			out[r.ID] = &r
+			return nil
+		})
+	})
+	return out, err
+}
+
+// appendEvent adds an event to a sandbox's log. Writes of many sandboxes
+// are batched into one transaction.
+func (s *store) appendEvent(id sandbox.ID, ev sandbox.Event) error {
+	return s.db.Batch(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		var evs []sandbox.Event
+		if raw := b.Get([]byte(id)); raw != nil {
+			if err := json.Unmarshal(raw, &evs); err != nil {
+				evs = nil // a damaged log restarts rather than blocking new events
+			}
+		}
+		evs = append(evs, ev)
+		if len(evs) > maxEvents {
+			evs = evs[len(evs)-maxEvents:]
+		}
+		return put(tx, bucketEvents, string(id), evs)
+	})
+}
+
+func (s *store) events(id sandbox.ID) ([]sandbox.Event, error) {
+	var evs []sandbox.Event
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketEvents).Get([]byte(id))
+		if raw == nil {
+			return nil
+		}
+		return json.Unmarshal(raw, &evs)
+	})
+	return evs, err
+}
+
+func (s *store) putSnapshot(r *snapshotRecord) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketSnapshots, string(r.ID), r) })
+}
+
+func (s *store) snapshot(id sandbox.SnapshotID) (*snapshotRecord, error) {
+	var r *snapshotRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketSnapshots).Get([]byte(id))
+		if raw == nil {
+			return nil
+		}
+		r = &snapshotRecord{}
+		return json.Unmarshal(raw, r)
+	})
+	return r, err
+}
+
+func (s *store) snapshots() ([]*snapshotRecord, error) {
+	var out []*snapshotRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).ForEach(func(k, v []byte) error {
+			var r snapshotRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("decode snapshot %s: %w", k, err)
+			}
+			out = append(out, &r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (s *store) deleteSnapshot(id sandbox.SnapshotID) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSnapshots).Delete([]byte(id)) })
+}
