@@ -76,7 +76,10 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	if errors.Is(err, errNoSuchObject) {
 		info, err = r.createContainer(ctx, e, spec)
 	}
-	if err != nil {
+	var f *failure
+	if errors.As(err, &f) {
+		return f
+	} else if err != nil {
 		return &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("inspect the new container: %v", err)}
 	}
 	if info.State != "running" && info.State != "paused" {
