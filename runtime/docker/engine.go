@@ -80,10 +80,10 @@ type containerInfo struct {
 	Labels map[string]string
 	// State is the engine's: created, running, paused, restarting,
 	// removing, exited, dead.
-	State    string
-	ExitCode int
+	State     string
+	ExitCode  int
 	OOMKilled bool
-	Error    string
+	Error     string
 	// Ports maps a container TCP port to the host address it is
 	// published on.
 	Ports map[int]string

@@ -31,16 +31,16 @@ const maxEvents = 200
 
 // record is what the store keeps of a sandbox.
 type record struct {
-	ID           sandbox.ID         `json:"id"`
-	Image        string             `json:"image,omitempty"`
-	SnapshotID   string             `json:"snapshotId,omitempty"`
-	Entrypoint   []string           `json:"entrypoint"`
-	Metadata     map[string]string  `json:"metadata,omitempty"`
-	Extensions   map[string]string  `json:"extensions,omitempty"`
-	Platform     *sandbox.Platform  `json:"platform,omitempty"`
-	SecureAccess bool               `json:"secureAccess,omitempty"`
-	CreatedAt    time.Time          `json:"createdAt"`
-	ExpiresAt    *time.Time         `json:"expiresAt,omitempty"`
+	ID           sandbox.ID        `json:"id"`
+	Image        string            `json:"image,omitempty"`
+	SnapshotID   string            `json:"snapshotId,omitempty"`
+	Entrypoint   []string          `json:"entrypoint"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	Extensions   map[string]string `json:"extensions,omitempty"`
+	Platform     *sandbox.Platform `json:"platform,omitempty"`
+	SecureAccess bool              `json:"secureAccess,omitempty"`
+	CreatedAt    time.Time         `json:"createdAt"`
+	ExpiresAt    *time.Time        `json:"expiresAt,omitempty"`
 	// Spec is the create request (without registry credentials), kept
 	// until the sandbox runs, so that a create interrupted by a restart
 	// can be finished.
