@@ -27,12 +27,14 @@ demo: build images ## start execd in a container and run a command through it
 	@./scripts/demo.sh
 
 test: build images ## the whole suite: unit, real processes, containers (race detector on)
+	@./scripts/test-deps.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -race -timeout 30m ./...
 
 test-unit: ## tests that need neither Docker nor images
 	$(GO) test -race ./api/... ./internal/... ./execd/...
 
 test-e2e: build images ## only the end-to-end tests against real containers
+	@./scripts/test-deps.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -timeout 20m ./e2e/...
 
 bench: build images ## performance harness: execd vs docker exec (BENCH=quick for a short run)

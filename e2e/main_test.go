@@ -12,8 +12,9 @@ import (
 	"testing"
 )
 
-// execdBin is the static execd built once for the whole package.
-var execdBin string
+// execdBin and serverBin are the binaries built once for the whole
+// package, side by side, as make build lays them out.
+var execdBin, serverBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -29,11 +30,12 @@ func run(m *testing.M) int {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(file))
 	execdBin = filepath.Join(dir, "execd")
-	build := exec.Command("go", "build", "-trimpath", "-o", execdBin, "./cmd/execd")
+	serverBin = filepath.Join(dir, "opensandbox-server")
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build execd: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		return 1
 	}
 	return m.Run()

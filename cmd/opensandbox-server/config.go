@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/opensandbox/opensandbox/runtime/docker"
+)
+
+// configVersion is the version of the configuration file format this
+// server reads.
+const configVersion = 1
+
+// fileConfig is the server's configuration file (TOML). docs/configuration.md
+// documents every key; init-config writes a commented example.
+type fileConfig struct {
+	Version int           `toml:"version"`
+	Server  serverConfig  `toml:"server"`
+	Runtime runtimeConfig `toml:"runtime"`
+}
+
+type serverConfig struct {
+	Listen              string        `toml:"listen"`
+	APIKey              string        `toml:"api_key"`
+	Insecure            bool          `toml:"insecure"`
+	PublicAddress       string        `toml:"public_address"`
+	MaxSandboxTimeout   time.Duration `toml:"max_sandbox_timeout"`
+	MinSandboxTimeout   time.Duration `toml:"min_sandbox_timeout"`
+	HostVolumeAllowlist []string      `toml:"host_volume_allowlist"`
+	MaxBodyBytes        int64         `toml:"max_body_bytes"`
+	LogLevel            string        `toml:"log_level"`
+	LogFormat           string        `toml:"log_format"`
+}
+
+type runtimeConfig struct {
+	Type   string        `toml:"type"`
+	Docker docker.Config `toml:"docker"`
+}
+
+// envAPIKey overrides the configured API key.
+const envAPIKey = "OPENSANDBOX_SERVER_API_KEY"
+
+// envConfigPath names the configuration file when --config does not.
+const envConfigPath = "SANDBOX_CONFIG_PATH"
+
+// findConfig returns the configuration file to read: --config, then
+// $SANDBOX_CONFIG_PATH, then ~/.sandbox.toml.
+func findConfig(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if p := os.Getenv(envConfigPath); p != "" {
+		return p, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no --config, no %s, and no home directory: %w", envConfigPath, err)
+	}
+	return filepath.Join(home, ".sandbox.toml"), nil
+}
+
+// loadConfig reads and checks a configuration file. Unknown keys are an
+// error, so a typo never goes unnoticed. insecure stands for the
+// --insecure flag, which overrides server.insecure.
+func loadConfig(path string, insecure bool) (*fileConfig, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no configuration at %s; write one with:\n  opensandbox-server init-config %s --example docker", path, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cfg fileConfig
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("%s: unknown keys: %s", path, strings.Join(keys, ", "))
+	}
+	if cfg.Version != configVersion {
+		return nil, fmt.Errorf("%s: version = %d; this server reads version %d", path, cfg.Version, configVersion)
+	}
+	cfg.setDefaults()
+	if key := os.Getenv(envAPIKey); key != "" {
+		cfg.Server.APIKey = key
+	}
+	if insecure {
+		cfg.Server.Insecure = true
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &cfg, nil
+}
+
+func (c *fileConfig) setDefaults() {
+	s := &c.Server
+	if s.Listen == "" {
+		s.Listen = "127.0.0.1:8080"
+	}
+	if s.MinSandboxTimeout == 0 {
+		s.MinSandboxTimeout = 60 * time.Second
+	}
+	if s.LogLevel == "" {
+		s.LogLevel = "info"
+	}
+	if s.LogFormat == "" {
+		s.LogFormat = "text"
+	}
+	if c.Runtime.Type == "" {
+		c.Runtime.Type = "docker"
+	}
+}
+
+func (c *fileConfig) validate() error {
+	s := &c.Server
+	if s.APIKey == "" && !s.Insecure {
+		return errNoAPIKey
+	}
+	if s.APIKey != "" && len(s.APIKey) < 16 {
+		return errors.New("server.api_key: shorter than 16 characters; generate one with opensandbox-server gen-key")
+	}
+	if s.MaxSandboxTimeout < 0 || s.MinSandboxTimeout < 0 || (s.MaxSandboxTimeout > 0 && s.MaxSandboxTimeout < s.MinSandboxTimeout) {
+		return errors.New("server.max_sandbox_timeout must be 0 (no limit) or at least server.min_sandbox_timeout")
+	}
+	for _, p := range s.HostVolumeAllowlist {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("server.host_volume_allowlist: %q is not an absolute path", p)
+		}
+	}
+	switch s.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("server.log_format: %q is not text or json", s.LogFormat)
+	}
+	switch c.Runtime.Type {
+	case "docker":
+	case "kubernetes":
+		return errors.New(`runtime.type: "kubernetes" is not available in this build yet`)
+	default:
+		return fmt.Errorf("runtime.type: %q is not docker", c.Runtime.Type)
+	}
+	return nil
+}
+
+var errNoAPIKey = errors.New("no API key: set server.api_key (or " + envAPIKey + ") to a key made with\n  opensandbox-server gen-key\nor set server.insecure = true to accept every request (local experiments only)")
+
+// genKey returns a new API key: 32 random bytes, base64url.
+func genKey() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// exampleDocker is the commented configuration init-config writes for the
+// Docker runtime. {{KEY}} is replaced by a fresh API key.
+const exampleDocker = `# OpenSandbox server configuration. Every key is described in
+# docs/configuration.md. Start the server with:
+#   opensandbox-server --config THIS_FILE
+version = 1
+
+[server]
+# Address the lifecycle API listens on. Keep it on loopback unless a
+# reverse proxy with TLS is in front.
+listen = "127.0.0.1:8080"
+# Key every client sends in the OPEN-SANDBOX-API-KEY header (SDKs read it
+# from OPEN_SANDBOX_API_KEY). The environment variable
+# OPENSANDBOX_SERVER_API_KEY overrides it. Make a new one with
+#   opensandbox-server gen-key
+api_key = "{{KEY}}"
+# Accept requests without a key. Only for experiments on a machine of your own.
+insecure = false
+# Address clients use to reach this server, for endpoints that go through
+# its proxy (use_server_proxy). Default: the listen address.
+public_address = ""
+# Longest timeout a sandbox may ask for, and how far ahead a renewal may
+# reach; "0s" means no limit.
+max_sandbox_timeout = "24h"
+# Shortest timeout a sandbox may ask for.
+min_sandbox_timeout = "60s"
+# Host directories sandboxes may mount as host volumes (and their
+# subdirectories). Empty: host volumes are refused.
+host_volume_allowlist = []
+# Largest request body, in bytes.
+max_body_bytes = 1048576
+# debug, info, warn or error; text or json.
+log_level = "info"
+log_format = "text"
+
+[runtime]
+type = "docker"
+
+[runtime.docker]
+# Engine address; empty: DOCKER_HOST, else the local socket.
+host = ""
+# Where the runtime keeps its state database and the sandboxes' tokens.
+data_dir = "/var/lib/opensandbox/docker"
+# The static execd binary mounted into every sandbox; empty: "execd"
+# beside this server's binary.
+execd_path = ""
+# Tells this server's containers from others' on the same engine.
+label_scope = "default"
+# Host address sandbox ports are published on, and the host put in
+# endpoints (default: bind_ip).
+bind_ip = "127.0.0.1"
+public_host = ""
+# Docker network of the sandboxes.
+network = "bridge"
+# OCI runtime of sandboxes: "" (the engine's default, runc) or "runsc"
+# (gVisor). A sandbox may ask for one of allowed_runtimes with the
+# extension "docker.runtime".
+runtime = ""
+allowed_runtimes = ["runc", "runsc"]
+# When images are pulled: "if-not-present", "always" or "never".
+pull_policy = "if-not-present"
+# How long a sandbox may take to answer once its container started.
+start_timeout = "60s"
+# Limits of a sandbox that asks for none; empty: unlimited.
+default_cpu = "1"
+default_memory = "2Gi"
+# Most processes in a sandbox; -1: no limit.
+pids_limit = 4096
+# Make cloud metadata addresses (169.254.0.0/16, 100.100.100.200)
+# unreachable from sandboxes, with host firewall rules.
+block_metadata = true
+# Further IPv4 ranges sandboxes may not reach, e.g. ["10.0.0.0/8"].
+blocked_cidrs = []
+`
+
+// writeExample writes the example configuration for runtime to path, with
+// a fresh API key, readable by its owner only. It refuses to overwrite a
+// file unless force is set.
+func writeExample(path, runtime string, force bool) error {
+	var text string
+	switch runtime {
+	case "docker":
+		text = exampleDocker
+	default:
+		return fmt.Errorf("--example %q: available examples: docker", runtime)
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s exists; pass --force to overwrite it", path)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strings.Replace(text, "{{KEY}}", genKey(), 1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

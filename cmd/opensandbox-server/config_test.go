@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestInitConfigStartsAsIs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "sandbox.toml")
+	if err := writeExample(path, "docker", false); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("config mode %o, want 600: it holds the API key", fi.Mode().Perm())
+	}
+	cfg, err := loadConfig(path, false)
+	if err != nil {
+		t.Fatalf("the written example does not load: %v", err)
+	}
+	if len(cfg.Server.APIKey) < 40 || cfg.Server.Listen != "127.0.0.1:8080" || cfg.Runtime.Type != "docker" ||
+		cfg.Server.MaxSandboxTimeout != 24*time.Hour || cfg.Runtime.Docker.BindIP != "127.0.0.1" {
+		t.Fatalf("example config: %+v", cfg)
+	}
+	if err := writeExample(path, "docker", false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("overwrite without --force: %v", err)
+	}
+	if err := writeExample(path, "docker", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeExample(path, "nomad", true); err == nil {
+		t.Fatal("unknown example accepted")
+	}
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c.toml")
+	os.WriteFile(path, []byte(text), 0o600)
+	return path
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	key := `api_key = "0123456789abcdef0123"`
+	tests := []struct {
+		name, text, want string
+	}{
+		{"unknown key", "version = 1\n[server]\n" + key + "\nlisten_addr = \"x\"\n", "unknown keys: server.listen_addr"},
+		{"no key", "version = 1\n", "no API key"},
+		{"short key", "version = 1\n[server]\napi_key = \"short\"\n", "shorter than 16"},
+		{"wrong version", "version = 2\n[server]\n" + key + "\n", "version = 2"},
+		{"bad toml", "version = \n", "c.toml"},
+		{"relative allowlist", "version = 1\n[server]\n" + key + "\nhost_volume_allowlist = [\"data\"]\n", "not an absolute path"},
+		{"bad runtime", "version = 1\n[server]\n" + key + "\n[runtime]\ntype = \"lxc\"\n", "runtime.type"},
+		{"bad duration", "version = 1\n[server]\n" + key + "\nmax_sandbox_timeout = \"forever\"\n", "c.toml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadConfig(writeConfig(t, tt.text), false)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("loadConfig: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.toml"), false); err == nil || !strings.Contains(err.Error(), "init-config") {
+		t.Fatalf("missing config: %v", err)
+	}
+}
+
+func TestLoadConfigKeySources(t *testing.T) {
+	path := writeConfig(t, "version = 1\n")
+	if _, err := loadConfig(path, false); !errors.Is(err, errNoAPIKey) {
+		t.Fatalf("no key: %v", err)
+	}
+	cfg, err := loadConfig(path, true)
+	if err != nil || !cfg.Server.Insecure {
+		t.Fatalf("--insecure: %+v, %v", cfg, err)
+	}
+	t.Setenv(envAPIKey, "from-the-environment-0123")
+	if cfg, err := loadConfig(path, false); err != nil || cfg.Server.APIKey != "from-the-environment-0123" {
+		t.Fatalf("key from the environment: %v", err)
+	}
+}
+
+func TestFindConfig(t *testing.T) {
+	if p, _ := findConfig("/x.toml"); p != "/x.toml" {
+		t.Fatal("--config not first")
+	}
+	t.Setenv(envConfigPath, "/env.toml")
+	if p, _ := findConfig(""); p != "/env.toml" {
+		t.Fatal("SANDBOX_CONFIG_PATH not second")
+	}
+	t.Setenv(envConfigPath, "")
+	t.Setenv("HOME", "/home/someone")
+	if p, _ := findConfig(""); p != "/home/someone/.sandbox.toml" {
+		t.Fatalf("default: %s", p)
+	}
+}
+
+func TestGenKey(t *testing.T) {
+	a, b := genKey(), genKey()
+	if a == b || len(a) != 43 {
+		t.Fatalf("keys %q %q", a, b)
+	}
+}

@@ -1,0 +1,91 @@
+// Command opensandbox-server is the OpenSandbox lifecycle server: it
+// creates sandboxes on a runtime (Docker) and serves the lifecycle API
+// that the OpenSandbox SDKs and CLI speak.
+//
+//	opensandbox-server [--config PATH]             serve
+//	opensandbox-server init-config PATH --example docker
+//	opensandbox-server gen-key
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "opensandbox-server:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	m := &Main{}
+	root := &cobra.Command{
+		Use:   "opensandbox-server",
+		Short: "The OpenSandbox lifecycle server",
+		Long: `opensandbox-server creates sandboxes on a Docker engine and serves the
+OpenSandbox lifecycle API (/v1) to the SDKs and the CLI.
+
+The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
+~/.sandbox.toml; write one with "opensandbox-server init-config".`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := m.Load(); err != nil {
+				return err
+			}
+			return m.Run(cmd.Context())
+		},
+	}
+	root.Flags().StringVar(&m.ConfigPath, "config", "", "configuration file (default $SANDBOX_CONFIG_PATH, else ~/.sandbox.toml)")
+	root.Flags().BoolVar(&m.Insecure, "insecure", false, "accept requests without an API key (local experiments only)")
+	root.Flags().StringVar(&m.Listen, "listen", "", "address to listen on, overriding server.listen")
+
+	var example string
+	var force bool
+	initConfig := &cobra.Command{
+		Use:   "init-config PATH",
+		Short: "Write a commented configuration that starts as is, with a fresh API key",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := writeExample(args[0], example, force); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (its API key is in server.api_key)\nstart the server with: opensandbox-server --config %s\n", args[0], args[0])
+			return nil
+		},
+	}
+	initConfig.Flags().StringVar(&example, "example", "docker", "which example: docker")
+	initConfig.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
+
+	genKeyCmd := &cobra.Command{
+		Use:   "gen-key",
+		Short: "Print a new random API key",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), genKey())
+		},
+	}
+	versionCmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the server's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "opensandbox-server", version)
+		},
+	}
+	root.AddCommand(initConfig, genKeyCmd, versionCmd)
+	return root
+}

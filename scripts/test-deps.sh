@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# test-deps.sh installs what the end-to-end tests use besides Docker:
+# Debian's docker-registry (a real registry on loopback, for pulls with
+# credentials), curl and iproute2. Idempotent.
+set -euo pipefail
+missing=()
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "test-deps: must run as root to install ${missing[*]}" >&2
+		exit 1
+	fi
+	echo "test-deps: installing ${missing[*]} from Debian" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
