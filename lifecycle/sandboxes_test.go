@@ -216,7 +216,7 @@ func TestCreateValidation(t *testing.T) {
 		{"env empty name", img(`,"env":{"":"x"}`), "SANDBOX::INVALID_PARAMETER"},
 		{"metadata bad value", img(`,"metadata":{"purpose":"Data Processing Sandbox"}`), "SANDBOX::INVALID_METADATA_LABEL"},
 		{"metadata reserved", img(`,"metadata":{"opensandbox.io/id":"x"}`), "SANDBOX::INVALID_METADATA_LABEL"},
-		{"metadata long key", img(`,"metadata":{"`+strings.Repeat("k", 64)+`":"x"}`), "SANDBOX::INVALID_METADATA_LABEL"},
+		{"metadata long key", img(`,"metadata":{"` + strings.Repeat("k", 64) + `":"x"}`), "SANDBOX::INVALID_METADATA_LABEL"},
 		{"platform os", img(`,"platform":{"os":"plan9","arch":"amd64"}`), "SANDBOX::INVALID_PARAMETER"},
 		{"platform arch", img(`,"platform":{"os":"linux","arch":"riscv"}`), "SANDBOX::INVALID_PARAMETER"},
 		{"platform incomplete", img(`,"platform":{"os":"linux"}`), "SANDBOX::INVALID_PARAMETER"},
@@ -358,8 +358,8 @@ func TestListSandboxes(t *testing.T) {
 		{"?" + md("team=ml&env=prod"), []string{a}},
 		{"?" + md("team=ml") + "&state=Paused", []string{b}},
 		{"?" + md("note=a.b"), []string{c}},
-		{"?" + md("note=a%2Eb"), []string{c}}, // unescaped twice
-		{"?" + md("note=a+b"), nil},           // "+" is a space
+		{"?" + md("note=a%2Eb"), []string{c}},       // unescaped twice
+		{"?" + md("note=a+b"), nil},                 // "+" is a space
 		{"?" + md("team=ml&team=web"), []string{c}}, // last wins
 		{"?" + md("team="), nil},
 		{"?" + md(""), []string{c, b, a}},
@@ -482,13 +482,13 @@ func TestRenewExpiration(t *testing.T) {
 
 	at := time.Now().Add(2 * time.Hour).Truncate(time.Second)
 	var out api.RenewExpirationRequest
-	renew(`{"expiresAt":"` + at.In(time.FixedZone("X", 3600)).Format(time.RFC3339) + `"}`).wantStatus(t, 200).decode(t, &out)
+	renew(`{"expiresAt":"`+at.In(time.FixedZone("X", 3600)).Format(time.RFC3339)+`"}`).wantStatus(t, 200).decode(t, &out)
 	if !out.ExpiresAt.Equal(at) || out.ExpiresAt.Location() != time.UTC {
 		t.Fatalf("renew answered %v, want %v in UTC", out.ExpiresAt, at)
 	}
 	// A timestamp without zone is UTC.
 	naive := time.Now().UTC().Add(3 * time.Hour).Truncate(time.Second)
-	r := renew(`{"expiresAt":"` + naive.Format("2006-01-02T15:04:05") + `"}`).wantStatus(t, 200)
+	r := renew(`{"expiresAt":"`+naive.Format("2006-01-02T15:04:05")+`"}`).wantStatus(t, 200)
 	r.decode(t, &out)
 	if !out.ExpiresAt.Equal(naive) || !strings.Contains(string(r.body), "Z") {
 		t.Fatalf("naive renew answered %s, want %v", r.body, naive)
@@ -496,10 +496,10 @@ func TestRenewExpiration(t *testing.T) {
 	if sb, _ := rt.Get(context.Background(), sandbox.ID(id)); !sb.ExpiresAt.Equal(naive) {
 		t.Fatalf("runtime expiry %v", sb.ExpiresAt)
 	}
-	renew(`{"expiresAt":"` + naive.Add(time.Hour).Format("2006-01-02 15:04:05.000") + `"}`).wantStatus(t, 200)
+	renew(`{"expiresAt":"`+naive.Add(time.Hour).Format("2006-01-02 15:04:05.000")+`"}`).wantStatus(t, 200)
 
 	renew(`{"expiresAt":"2001-01-01T00:00:00Z"}`).wantError(t, 400, "DOCKER::INVALID_EXPIRATION")
-	renew(`{"expiresAt":"` + time.Now().Add(100*time.Hour).UTC().Format(time.RFC3339) + `"}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+	renew(`{"expiresAt":"`+time.Now().Add(100*time.Hour).UTC().Format(time.RFC3339)+`"}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
 	renew(`{}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
 	renew(`{"expiresAt":"tomorrow"}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
 	renew(`{"expiresAt":12345}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")

@@ -319,6 +319,10 @@ var (
 	gpuRE     = regexp.MustCompile(`^[0-9]{1,4}$`)
 )
 
+// maxCPUMillis bounds the cpu limit (a million cores), so that runtimes
+// can count it in nanocores.
+const maxCPUMillis int64 = 1e9
+
 var memoryUnits = map[string]int64{
 	"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
 	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
@@ -341,8 +345,8 @@ func parseResources(limits map[string]string) (sandbox.Resources, error) {
 			if m[2] == "" {
 				r.Mul(r, big.NewRat(1000, 1))
 			}
-			if !r.IsInt() || r.Sign() <= 0 || !r.Num().IsInt64() {
-				return res, fmt.Errorf("cpu %q: want a positive amount in whole millicores", v)
+			if !r.IsInt() || r.Sign() <= 0 || !r.Num().IsInt64() || r.Num().Int64() > maxCPUMillis {
+				return res, fmt.Errorf("cpu %q: want a positive amount in whole millicores, at most %d cores", v, maxCPUMillis/1000)
 			}
 			res.CPUMillis = r.Num().Int64()
 		case "memory":
