@@ -140,12 +140,14 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 }
 
 // rewriteProxyRequest aims an accepted proxy request at its target:
-// http://{address}{rest of the path}?{query}, with the endpoint's
-// headers added (the sandbox's token among them, which execd's port
-// forwarder needs), the API key removed, the Host header the target's,
-// and X-Forwarded-For/-Proto/-Host describing the client. Cookie and
-// Authorization pass: they belong to the application behind the proxy.
-// Hop-by-hop headers are removed by httputil.ReverseProxy.
+// http://{address}{rest of the path}?{query}, with the API key and the
+// client's sandbox token removed (the token must never reach processes
+// in the sandbox), then the endpoint's headers added (for ports behind
+// execd's forwarder, the token, which execd checks and strips), the Host
+// header the target's, and X-Forwarded-For/-Proto/-Host describing the
+// client. Cookie and Authorization pass: they belong to the application
+// behind the proxy. Hop-by-hop headers are removed by
+// httputil.ReverseProxy.
 func rewriteProxyRequest(pr *httputil.ProxyRequest) {
 	t := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
 	u := pr.Out.URL
@@ -161,6 +163,7 @@ func rewriteProxyRequest(pr *httputil.ProxyRequest) {
 	}
 	pr.SetXForwarded() // appends the client's address; sets Host and Proto
 	pr.Out.Header.Del(api.HeaderAPIKey)
+	pr.Out.Header.Del(sandbox.HeaderExecdToken)
 	for k, v := range t.headers {
 		pr.Out.Header.Set(k, v)
 	}

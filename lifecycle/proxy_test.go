@@ -26,15 +26,16 @@ import (
 // port.
 type routedRuntime struct {
 	*fake.Runtime
-	mu    sync.Mutex
-	def   string
-	ports map[int]string
+	mu        sync.Mutex
+	def       string
+	ports     map[int]string
+	noHeaders map[int]bool // ports whose endpoints carry no headers
 }
 
 func newRouted(addr string) *routedRuntime {
 	rt := fake.New()
 	rt.StartDelay = time.Millisecond
-	return &routedRuntime{Runtime: rt, def: addr, ports: map[int]string{}}
+	return &routedRuntime{Runtime: rt, def: addr, ports: map[int]string{}, noHeaders: map[int]bool{}}
 }
 
 func (r *routedRuntime) route(port int, addr string) {
@@ -53,6 +54,9 @@ func (r *routedRuntime) Endpoint(ctx context.Context, id sandbox.ID, port int) (
 	ep.Address = r.def
 	if a, ok := r.ports[port]; ok {
 		ep.Address = a
+	}
+	if r.noHeaders[port] {
+		ep.Headers = nil
 	}
 	return ep, nil
 }
@@ -171,6 +175,17 @@ func TestProxyHTTP(t *testing.T) {
 	e.call("GET", "/sandboxes/"+id+"/proxy/3000", "").wantStatus(t, 201).decode(t, &got)
 	if got.Path != "/proxy/3000" {
 		t.Fatalf("prefixed endpoint without path: backend saw %+v", got)
+	}
+
+	// A port reached directly, without the token in its endpoint: the
+	// token a client authenticated with never reaches the application.
+	rt.mu.Lock()
+	rt.noHeaders[9000] = true
+	rt.mu.Unlock()
+	var direct echoed
+	e.call("GET", "/sandboxes/"+id+"/proxy/9000/", "", api.HeaderAPIKey, "", sandbox.HeaderExecdToken, token).wantStatus(t, 201).decode(t, &direct)
+	if v := direct.Header.Get(sandbox.HeaderExecdToken); v != "" {
+		t.Fatalf("the application saw the sandbox token %q", v)
 	}
 
 	for _, p := range []string{"0", "65536", "http", "-1"} {
