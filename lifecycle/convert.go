@@ -51,6 +51,7 @@ func entrypointOf(sb *sandbox.Sandbox) []string {
 	return slices.Clone(sb.Entrypoint)
 }
 
+// toAPIStatus returns a status as the wire shows it.
 func toAPIStatus(st sandbox.Status) api.SandboxStatus {
 	return api.SandboxStatus{
 		State:            string(st.State),
@@ -60,6 +61,7 @@ func toAPIStatus(st sandbox.Status) api.SandboxStatus {
 	}
 }
 
+// toAPIPlatform returns a platform as the wire shows it; nil stays nil.
 func toAPIPlatform(p *sandbox.Platform) *api.PlatformSpec {
 	if p == nil {
 		return nil

@@ -56,6 +56,8 @@ func matchesMetadata(md, filter map[string]string) bool {
 // parameter; blank values are ignored, and no values means any state.
 type stateFilter map[string]bool
 
+// parseStates returns the filter of the values of a repeated state
+// parameter.
 func parseStates(values []string) stateFilter {
 	f := stateFilter{}
 	for _, v := range values {

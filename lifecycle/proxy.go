@@ -81,6 +81,7 @@ type proxyTarget struct {
 	headers map[string]string
 }
 
+// proxyTargetKey keys the proxy target in a request's context.
 type proxyTargetKey struct{}
 
 // serveProxy answers the proxy route: any method, WebSocket upgrades
@@ -180,6 +181,7 @@ type renewThrottle struct {
 // renewThrottleSweep is the size from which claim drops stale entries.
 const renewThrottleSweep = 1024
 
+// newRenewThrottle returns a throttle that holds nothing off.
 func newRenewThrottle() *renewThrottle {
 	return &renewThrottle{next: map[sandbox.ID]time.Time{}}
 }
@@ -203,12 +205,14 @@ func (t *renewThrottle) claim(id sandbox.ID, now, hold time.Time) bool {
 	return true
 }
 
+// set holds id off until next.
 func (t *renewThrottle) set(id sandbox.ID, next time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next[id] = next
 }
 
+// forget drops what the throttle knows of id.
 func (t *renewThrottle) forget(id sandbox.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

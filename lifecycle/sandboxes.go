@@ -20,7 +20,7 @@ import (
 // is normally still Pending.
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateSandboxRequest
-	if _, err := s.decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	spec, err := s.specFromRequest(&req, s.now())
@@ -97,7 +97,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 // answer is the whole sandbox afterwards.
 func (s *Server) patchMetadata(w http.ResponseWriter, r *http.Request) error {
 	var patch map[string]*string
-	if _, err := s.decodeJSON(w, r, &patch, false); err != nil {
+	if err := s.decodeJSON(w, r, &patch, false); err != nil {
 		return err
 	}
 	if patch == nil {
@@ -155,7 +155,7 @@ func (s *Server) renewExpiration(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		ExpiresAt *string `json:"expiresAt"`
 	}
-	if _, err := s.decodeJSON(w, r, &req, false); err != nil {
+	if err := s.decodeJSON(w, r, &req, false); err != nil {
 		return err
 	}
 	if req.ExpiresAt == nil {

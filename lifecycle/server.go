@@ -75,6 +75,7 @@ var ErrNoAPIKey = errors.New("no API key: configure one, or mark the server inse
 
 var runtimeNameRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
+// setDefaults fills in the fields left zero.
 func (c *Config) setDefaults() {
 	c.RuntimeName = cmp.Or(c.RuntimeName, "DOCKER")
 	c.MinTimeout = cmp.Or(c.MinTimeout, 60*time.Second)
@@ -168,6 +169,7 @@ const (
 	logSandbox   = "sandbox"
 )
 
+// requestIDKey keys the request id in a request's context.
 type requestIDKey struct{}
 
 // requestIDOf returns the request id that serve gave r.
@@ -368,24 +370,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 // decodeJSON decodes the request body into v, reading at most
 // MaxBodyBytes. Unknown fields are ignored, as by the reference server.
 // An empty body is an error unless optional is set, when it leaves v
-// unchanged and reports false.
-func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) (bool, error) {
+// unchanged.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return false, httpx.Errorf(http.StatusRequestEntityTooLarge, codeRequestTooLarge, "request body larger than %d bytes", mbe.Limit)
+			return httpx.Errorf(http.StatusRequestEntityTooLarge, codeRequestTooLarge, "request body larger than %d bytes", mbe.Limit)
 		}
-		return false, invalid(codeInvalidParameter, "read request body: %v", err)
+		return invalid(codeInvalidParameter, "read request body: %v", err)
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		if optional {
-			return false, nil
+			return nil
 		}
-		return false, invalid(codeInvalidParameter, "a JSON request body is required")
+		return invalid(codeInvalidParameter, "a JSON request body is required")
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return false, invalid(codeInvalidParameter, "invalid JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return invalid(codeInvalidParameter, "invalid JSON body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return true, nil
+	return nil
 }

@@ -19,7 +19,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req api.CreateSnapshotRequest
-	if _, err := s.decodeJSON(w, r, &req, true); err != nil {
+	if err := s.decodeJSON(w, r, &req, true); err != nil {
 		return err
 	}
 	name := ""
