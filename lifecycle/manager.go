@@ -26,6 +26,9 @@ type ManagerConfig struct {
 	// HousekeepingInterval is how often the runtime's own reconciliation
 	// (orphans, drift) runs, if it has one. Default 15 s.
 	HousekeepingInterval time.Duration
+	// RuntimeName prefixes runtime-specific error codes ("DOCKER",
+	// "KUBERNETES"). Default "DOCKER".
+	RuntimeName string
 	// Logger receives the manager's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -43,6 +46,7 @@ type Manager struct {
 func NewManager(rt sandbox.Runtime, cfg ManagerConfig) *Manager {
 	cfg.ExpiryInterval = cmp.Or(cfg.ExpiryInterval, 250*time.Millisecond)
 	cfg.HousekeepingInterval = cmp.Or(cfg.HousekeepingInterval, 15*time.Second)
+	cfg.RuntimeName = cmp.Or(cfg.RuntimeName, "DOCKER")
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -131,13 +135,13 @@ func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.
 		return time.Time{}, err
 	}
 	if sb.ExpiresAt == nil {
-		return time.Time{}, sandbox.Coded(sandbox.ErrConflict, "DOCKER::INVALID_EXPIRATION",
+		return time.Time{}, sandbox.Coded(sandbox.ErrConflict, m.cfg.RuntimeName+"::INVALID_EXPIRATION",
 			fmt.Sprintf("sandbox %s was created without a timeout and has no expiration to renew", id))
 	}
 	now := m.now()
 	at = at.UTC()
 	if !at.After(now) {
-		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, "DOCKER::INVALID_EXPIRATION",
+		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, m.cfg.RuntimeName+"::INVALID_EXPIRATION",
 			fmt.Sprintf("new expiration %s is not in the future", at.Format(time.RFC3339)))
 	}
 	if m.cfg.MaxTimeout > 0 && at.Sub(now) > m.cfg.MaxTimeout {

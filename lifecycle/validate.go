@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"maps"
 	"math"
-	"math/big"
 	"os"
 	"path"
 	"path/filepath"
@@ -311,22 +310,11 @@ func checkLabel(k, v string) error {
 	return nil
 }
 
-// Resource quantities.
+// Resource quantities besides CPU and memory (see sandbox.ParseCPU).
 var (
-	cpuRE     = regexp.MustCompile(`^([0-9]{1,15}(?:\.[0-9]{1,9})?)(m?)$`)
-	memoryRE  = regexp.MustCompile(`^([0-9]{1,20}(?:\.[0-9]{1,9})?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$`)
 	storageRE = regexp.MustCompile(`^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei)?$`)
 	gpuRE     = regexp.MustCompile(`^[0-9]{1,4}$`)
 )
-
-// maxCPUMillis bounds the cpu limit (a million cores), so that runtimes
-// can count it in nanocores.
-const maxCPUMillis int64 = 1e9
-
-var memoryUnits = map[string]int64{
-	"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
-}
 
 // parseResources reads resourceLimits: cpu ("500m", "2", "0.5"), memory
 // ("512Mi", "2Gi", "1G", "1000000" bytes) and gpu ("1", "all"). Any other
@@ -337,30 +325,17 @@ func parseResources(limits map[string]string) (sandbox.Resources, error) {
 		v := strings.TrimSpace(limits[k])
 		switch k {
 		case "cpu":
-			m := cpuRE.FindStringSubmatch(v)
-			if m == nil {
-				return res, fmt.Errorf("cpu %q: want cores (\"2\", \"0.5\") or millicores (\"500m\")", v)
+			n, err := sandbox.ParseCPU(v)
+			if err != nil {
+				return res, err
 			}
-			r, _ := new(big.Rat).SetString(m[1])
-			if m[2] == "" {
-				r.Mul(r, big.NewRat(1000, 1))
-			}
-			if !r.IsInt() || r.Sign() <= 0 || !r.Num().IsInt64() || r.Num().Int64() > maxCPUMillis {
-				return res, fmt.Errorf("cpu %q: want a positive amount in whole millicores, at most %d cores", v, maxCPUMillis/1000)
-			}
-			res.CPUMillis = r.Num().Int64()
+			res.CPUMillis = n
 		case "memory":
-			m := memoryRE.FindStringSubmatch(v)
-			if m == nil {
-				return res, fmt.Errorf("memory %q: want bytes with an optional unit (\"512Mi\", \"2Gi\", \"1G\", \"1000000\")", v)
+			n, err := sandbox.ParseMemory(v)
+			if err != nil {
+				return res, err
 			}
-			r, _ := new(big.Rat).SetString(m[1])
-			r.Mul(r, new(big.Rat).SetInt64(memoryUnits[m[2]]))
-			n := new(big.Int).Quo(r.Num(), r.Denom()) // whole bytes, rounded down
-			if n.Sign() <= 0 || !n.IsInt64() {
-				return res, fmt.Errorf("memory %q: out of range", v)
-			}
-			res.MemoryBytes = n.Int64()
+			res.MemoryBytes = n
 		case "gpu":
 			switch {
 			case strings.EqualFold(v, "all"):

@@ -274,6 +274,9 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	return cc, hc, platform, nil
 }
 
+// minMemory is the smallest memory limit the engine accepts.
+const minMemory = 6 << 20
+
 // resources turns a sandbox's limits, or the configured defaults, into
 // the engine's.
 func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
@@ -286,6 +289,9 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 	mem := r.MemoryBytes
 	if mem == 0 && cfg.DefaultMemory != "" {
 		mem, _ = sandbox.ParseMemory(cfg.DefaultMemory)
+	}
+	if mem > 0 && mem < minMemory {
+		return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("memory %d bytes: Docker needs at least 6Mi", mem))
 	}
 	if mem > 0 {
 		res.Memory = mem
