@@ -99,7 +99,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	s.call("GET", "/v1/sandboxes/"+created.ID+"/diagnostics/events?scope=all", nil, 200, &diag)
 	if diag.Content == nil || !strings.Contains(*diag.Content, "CONTAINER_PAUSED") || !strings.Contains(*diag.Content, "unpause") {
-		t.Fatalf("events: %+v", diag)
+		t.Fatalf("events: %s", *diag.Content)
 	}
 	legacy, body := s.do("GET", "/v1/sandboxes/"+created.ID+"/diagnostics/logs", nil)
 	if legacy.StatusCode != 200 || legacy.Header.Get("Deprecation") != "true" || !strings.Contains(string(body), "execd listening") {

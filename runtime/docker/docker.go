@@ -40,6 +40,7 @@ type Runtime struct {
 	eng    *engine
 	st     *store
 	tokens string // directory of the token files
+	events *eventLog
 	pulls  singleflight.Group
 	guard  *netGuard
 
@@ -109,6 +110,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, tokens: tokens,
 		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{}}
+	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
 	defer func() {
 		if retErr != nil {
 			r.Close()
@@ -131,6 +133,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 func (r *Runtime) Close() error {
 	r.cancel()
 	r.wg.Wait()
+	r.events.close()
 	r.st.close()
 	return r.eng.close()
 }
@@ -194,14 +197,9 @@ func stateMessage(state sandbox.State, msg string) string {
 	return string(state) + ": " + msg
 }
 
-// event records an event in the store; failing to is logged, not fatal.
-func (r *Runtime) event(id sandbox.ID, ev sandbox.Event) {
-	go func() {
-		if err := r.st.appendEvent(id, ev); err != nil {
-			r.log.Warn("record event", "sandbox", id, "err", err)
-		}
-	}()
-}
+// event records an event in the sandbox's log, in order; the write
+// happens in the background.
+func (r *Runtime) event(id sandbox.ID, ev sandbox.Event) { r.events.add(id, ev) }
 
 // Create records the sandbox and starts provisioning it in the
 // background: image, container, start, and the wait for execd. It returns
@@ -336,6 +334,7 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 		}
 	}
 	os.Remove(r.tokenFile(id))
+	r.events.flush() // so that no queued event recreates its log
 	if err := r.st.deleteSandbox(id); err != nil {
 		return fmt.Errorf("forget sandbox %s: %w", id, err)
 	}

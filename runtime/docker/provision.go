@@ -170,7 +170,11 @@ func (r *Runtime) ensureImage(ctx context.Context, e *entry, spec *sandbox.Spec)
 		// not die with the first caller's request.
 		start := time.Now()
 		err := r.eng.pull(r.ctx, ref, user, pass, nil)
-		r.log.Info("image pulled", "image", ref, "duration", time.Since(start), "err", err)
+		if err != nil {
+			r.log.Warn("image pull failed", "image", ref, "duration", time.Since(start), "err", err)
+		} else {
+			r.log.Info("image pulled", "image", ref, "duration", time.Since(start))
+		}
 		return nil, err
 	})
 	select {

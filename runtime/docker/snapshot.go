@@ -144,6 +144,7 @@ func (r *Runtime) Events(ctx context.Context, id sandbox.ID) ([]sandbox.Event, e
 	if _, err := r.Get(ctx, id); err != nil {
 		return nil, err
 	}
+	r.events.flush()
 	return r.st.events(id)
 }
 

@@ -141,23 +141,98 @@ func (s *store) records() (map[sandbox.ID]*record, error) {
 	return out, err
 }
 
-// appendEvent adds an event to a sandbox's log. Writes of many sandboxes
-// are batched into one transaction.
-func (s *store) appendEvent(id sandbox.ID, ev sandbox.Event) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+// appendEvents adds events to their sandboxes' logs in one transaction.
+func (s *store) appendEvents(items []eventItem) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents)
-		var evs []sandbox.Event
-		if raw := b.Get([]byte(id)); raw != nil {
-			if err := json.Unmarshal(raw, &evs); err != nil {
-				evs = nil // a damaged log restarts rather than blocking new events
+		logs := map[sandbox.ID][]sandbox.Event{}
+		for _, it := range items {
+			if it.flushed != nil {
+				continue
+			}
+			evs, ok := logs[it.id]
+			if !ok {
+				if raw := b.Get([]byte(it.id)); raw != nil {
+					if err := json.Unmarshal(raw, &evs); err != nil {
+						evs = nil // a damaged log restarts rather than blocking new events
+					}
+				}
+			}
+			evs = append(evs, it.ev)
+			if len(evs) > maxEvents {
+				evs = evs[len(evs)-maxEvents:]
+			}
+			logs[it.id] = evs
+		}
+		for id, evs := range logs {
+			if err := put(tx, bucketEvents, string(id), evs); err != nil {
+				return err
 			}
 		}
-		evs = append(evs, ev)
-		if len(evs) > maxEvents {
-			evs = evs[len(evs)-maxEvents:]
-		}
-		return put(tx, bucketEvents, string(id), evs)
+		return nil
 	})
+}
+
+// eventItem is an event waiting to be written, or, with flushed set, a
+// marker that is acknowledged once everything before it is written.
+type eventItem struct {
+	id      sandbox.ID
+	ev      sandbox.Event
+	flushed chan struct{}
+}
+
+// eventLog writes events in the order they happen, off the paths that
+// report them, batching what accumulates into one transaction.
+type eventLog struct {
+	st   *store
+	ch   chan eventItem
+	done chan struct{}
+}
+
+func newEventLog(st *store, onError func(error)) *eventLog {
+	l := &eventLog{st: st, ch: make(chan eventItem, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for first := range l.ch {
+			batch := []eventItem{first}
+		more:
+			for len(batch) < 512 {
+				select {
+				case it, ok := <-l.ch:
+					if !ok {
+						break more
+					}
+					batch = append(batch, it)
+				default:
+					break more
+				}
+			}
+			if err := l.st.appendEvents(batch); err != nil {
+				onError(err)
+			}
+			for _, it := range batch {
+				if it.flushed != nil {
+					close(it.flushed)
+				}
+			}
+		}
+	}()
+	return l
+}
+
+func (l *eventLog) add(id sandbox.ID, ev sandbox.Event) { l.ch <- eventItem{id: id, ev: ev} }
+
+// flush returns once every event added before it is written.
+func (l *eventLog) flush() {
+	ch := make(chan struct{})
+	l.ch <- eventItem{flushed: ch}
+	<-ch
+}
+
+// close writes what is queued and stops.
+func (l *eventLog) close() {
+	close(l.ch)
+	<-l.done
 }
 
 func (s *store) events(id sandbox.ID) ([]sandbox.Event, error) {
