@@ -23,7 +23,7 @@ docker: ## install and start a Docker engine (with runsc) if needed
 images: docker ## build the local images used by tests and the demo
 	@./scripts/images.sh
 
-demo: build images ## start execd in a container and run a command through it
+demo: build images ## start the server, create a sandbox, run python in it, clean up
 	@./scripts/demo.sh
 
 test: build images ## the whole suite: unit, real processes, containers (race detector on)
@@ -31,14 +31,15 @@ test: build images ## the whole suite: unit, real processes, containers (race de
 	OSB_REQUIRE_ALL=1 $(GO) test -race -timeout 30m ./...
 
 test-unit: ## tests that need neither Docker nor images
-	$(GO) test -race ./api/... ./internal/... ./execd/...
+	$(GO) test -race ./api/... ./internal/... ./execd/... ./sandbox/... ./lifecycle/... ./runtime/fake/...
 
 test-e2e: build images ## only the end-to-end tests against real containers
 	@./scripts/test-deps.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -timeout 20m ./e2e/...
 
-bench: build images ## performance harness: execd vs docker exec (BENCH=quick for a short run)
+bench: build images ## performance harnesses against the Docker engine alone (BENCH=quick for a short run)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
+	$(GO) run ./bench/serverbench -mode $(BENCH) -out bench/results
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@./scripts/fuzz.sh $${FUZZTIME:-30s}

@@ -1,17 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/opensandbox/opensandbox/api"
 )
@@ -416,5 +421,112 @@ func TestServerProxy(t *testing.T) {
 	}
 	if code, _ := get(viaProxy.Endpoint, nil); code != 401 {
 		t.Fatalf("through the proxy without credentials: %d, want 401", code)
+	}
+
+	// execd itself through the server proxy: a terminal over WebSocket,
+	// with only the endpoint's headers, as an SDK in proxy mode does.
+	var execdEP api.Endpoint
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772?use_server_proxy=true", nil, 200, &execdEP)
+	c := &container{t: t, base: "http://" + execdEP.Endpoint, token: execdEP.Headers[api.HeaderExecdToken], hc: &http.Client{}}
+	var sess api.PTYSession
+	c.call("POST", "/pty", nil, 201, &sess)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	h := http.Header{}
+	for k, v := range execdEP.Headers {
+		h.Set(k, v)
+	}
+	conn, _, err := websocket.Dial(ctx, "ws://"+execdEP.Endpoint+"/pty/"+sess.SessionID+"/ws", &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		t.Fatalf("terminal through the server proxy: %v", err)
+	}
+	defer conn.CloseNow()
+	conn.Write(ctx, websocket.MessageBinary, append([]byte{api.PTYFrameStdin}, "echo through-$((40+2))\n"...))
+	var screen strings.Builder
+	for !strings.Contains(screen.String(), "through-42") {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("terminal output: %v (so far %q)", err, screen.String())
+		}
+		if typ == websocket.MessageBinary && len(data) > 0 && data[0] == api.PTYFrameStdout {
+			screen.Write(data[1:])
+		}
+	}
+}
+
+// TestServerRefusesWithoutKey: without an API key the server does not
+// start unless told it runs insecure, and says how to make a key.
+func TestServerRefusesWithoutKey(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	os.WriteFile(cfg, []byte("version = 1\n[server]\nlisten = \"127.0.0.1:0\"\n[runtime.docker]\ndata_dir = \""+dir+"\"\n"), 0o600)
+	cmd := exec.Command(serverBin, "--config", cfg)
+	cmd.Env = append(os.Environ(), "OPENSANDBOX_SERVER_API_KEY=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "gen-key") || !strings.Contains(string(out), "insecure") {
+		t.Fatalf("server without a key: %v\n%s", err, out)
+	}
+	key, err := exec.Command(serverBin, "gen-key").Output()
+	if err != nil || len(strings.TrimSpace(string(key))) < 40 {
+		t.Fatalf("gen-key: %q, %v", key, err)
+	}
+}
+
+// TestSlowPullDoesNotBlock: while one create waits on a registry that
+// never answers, other sandboxes are created and served at full speed.
+func TestSlowPullDoesNotBlock(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accept and hold every connection: a registry that stalls
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	s := startServer(t, serverOptions{})
+	stalled := s.create(sandboxRequest(ln.Addr().String()+"/stalled/image:latest", "sleep", "1"))
+	time.Sleep(300 * time.Millisecond)
+	var sb api.Sandbox
+	s.call("GET", "/v1/sandboxes/"+stalled, nil, 200, &sb)
+	if sb.Status.State != "Pending" || sb.Status.Reason != "PULLING_IMAGE" {
+		t.Fatalf("stalled create: %+v", sb.Status)
+	}
+	start := time.Now()
+	other := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
+	s.waitState(other, "Running", 10*time.Second)
+	s.execd(other).mustRun("true")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("another sandbox took %v while a pull stalled", d)
+	}
+	s.call("DELETE", "/v1/sandboxes/"+stalled, nil, 204, nil)
+	s.wantError("GET", "/v1/sandboxes/"+stalled, nil, 404, "")
+}
+
+// TestSecureAccess: a sandbox created with secureAccess publishes no
+// port without the token, the app port included.
+func TestSecureAccess(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	req := sandboxRequest(busyboxImage, "sleep", "1000000")
+	req.SecureAccess = true
+	id := s.create(req)
+	s.waitState(id, "Running", 30*time.Second)
+	var ep api.Endpoint
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080", nil, 200, &ep)
+	if !strings.HasSuffix(ep.Endpoint, "/proxy/8080") || ep.Headers[api.HeaderExecdToken] == "" {
+		t.Fatalf("app endpoint of a secure sandbox: %+v", ep)
+	}
+	ports := docker(t, "port", "osb-"+id)
+	if strings.Contains(ports, "8080") {
+		t.Fatalf("secure sandbox publishes 8080: %s", ports)
 	}
 }

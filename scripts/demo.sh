@@ -1,56 +1,88 @@
 #!/usr/bin/env bash
-# demo.sh starts execd as the init process of a container made from the
-# local opensandbox/python:3.11 image, then talks to it over HTTP the way
-# every OpenSandbox client does: a command streamed as events, a stateful
-# bash session, a file round trip and the container's own metrics.
-# The container is removed at the end.
+# demo.sh is the main job end to end: it starts opensandbox-server on a
+# throwaway configuration, creates a sandbox from opensandbox/python:3.11
+# through the lifecycle API, runs python3 -c "print(1 + 1)" in it through
+# the sandbox's execd endpoint, prints the result, and cleans up. It uses
+# only curl and the API, the way any OpenSandbox client does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-image=${DEMO_IMAGE:-opensandbox/python:3.11}
-token=$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')
-name=osb-demo-$$
+work=$(mktemp -d)
+port=${DEMO_PORT:-18181}
+base="http://127.0.0.1:$port/v1"
+server_pid=""
+sandbox=""
 
-cleanup() { docker rm -f "$name" >/dev/null 2>&1 || true; }
+cleanup() {
+	if [[ -n $sandbox ]]; then
+		curl -s -o /dev/null -X DELETE -H "OPEN-SANDBOX-API-KEY: $key" "$base/sandboxes/$sandbox" || true
+	fi
+	if [[ -n $server_pid ]]; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
 trap cleanup EXIT
 
-echo "== starting $image with execd as init"
-docker run -d --name "$name" --memory 512m \
-	-p 127.0.0.1::44772 \
-	-v "$PWD/bin/execd:/opt/opensandbox/bin/execd:ro" \
-	--entrypoint /opt/opensandbox/bin/execd \
-	"$image" --access-token "$token" -- sleep infinity >/dev/null
-addr=$(docker port "$name" 44772/tcp | head -n1)
-base="http://$addr"
-auth=(-H "X-EXECD-ACCESS-TOKEN: $token")
+json() { sed -nE "s/.*\"$1\":\"([^\"]*)\".*/\1/p" | head -n1; }
+
+echo "== configuration (opensandbox-server init-config)"
+./bin/opensandbox-server init-config "$work/sandbox.toml" --example docker >/dev/null
+sed -i -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
+	-e "s|^data_dir = .*|data_dir = \"$work/data\"|" \
+	-e "s|^label_scope = .*|label_scope = \"demo-$$\"|" "$work/sandbox.toml"
+key=$(sed -nE 's/^api_key = "(.*)"/\1/p' "$work/sandbox.toml")
+
+echo "== starting opensandbox-server on 127.0.0.1:$port"
+./bin/opensandbox-server --config "$work/sandbox.toml" >"$work/server.log" 2>&1 &
+server_pid=$!
 for _ in $(seq 1 100); do
-	curl -fsS "${auth[@]}" "$base/ping" >/dev/null 2>&1 && break
+	curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+curl -fsS "http://127.0.0.1:$port/health"
+echo
+
+auth=(-H "OPEN-SANDBOX-API-KEY: $key" -H "Content-Type: application/json")
+
+echo "== POST /v1/sandboxes (opensandbox/python:3.11)"
+start=$(date +%s%N)
+created=$(curl -fsS "${auth[@]}" "$base/sandboxes" -d '{
+  "image": {"uri": "opensandbox/python:3.11"},
+  "entrypoint": ["sleep", "infinity"],
+  "timeout": 600,
+  "resourceLimits": {"cpu": "1", "memory": "512Mi"},
+  "metadata": {"purpose": "demo"}
+}')
+echo "$created"
+sandbox=$(echo "$created" | json id)
+
+state=""
+for _ in $(seq 1 300); do
+	state=$(curl -fsS "${auth[@]}" "$base/sandboxes/$sandbox" | sed -nE 's/.*"state":"([^"]*)".*/\1/p')
+	[[ $state == Running || $state == Failed ]] && break
 	sleep 0.05
 done
-echo "execd answers at $base"
+echo "state: $state"
+[[ $state == Running ]] || { echo "sandbox did not start; server log:"; tail -20 "$work/server.log"; exit 1; }
 
-echo
-echo "== POST /command (events as they stream)"
-curl -sS -N "${auth[@]}" "$base/command" \
-	-d '{"command":"python3 -c \"import platform,sys; print(\\\"python\\\", platform.python_version()); print(\\\"to stderr\\\", file=sys.stderr)\"; uname -sr"}'
+echo "== GET /v1/sandboxes/$sandbox/endpoints/44772"
+endpoint=$(curl -fsS "${auth[@]}" "$base/sandboxes/$sandbox/endpoints/44772")
+echo "$endpoint" | sed -E 's/("X-EXECD-ACCESS-TOKEN":")[^"]*/\1<token>/'
+address=$(echo "$endpoint" | json endpoint)
+token=$(echo "$endpoint" | json X-EXECD-ACCESS-TOKEN)
 
-echo "== a bash session keeps its state between runs"
-sid=$(curl -sS "${auth[@]}" -X POST "$base/session" | sed -E 's/.*"session_id":"([^"]+)".*/\1/')
-curl -sS -N "${auth[@]}" "$base/session/$sid/run" -d '{"command":"greet() { echo hello from $*; }; cd /tmp"}' >/dev/null
-curl -sS -N "${auth[@]}" "$base/session/$sid/run" -d '{"command":"greet the session; pwd"}' | grep '"stdout"'
+echo "== python3 -c \"print(1 + 1)\" through execd"
+events=$(curl -fsS -N -H "X-EXECD-ACCESS-TOKEN: $token" "http://$address/command" \
+	-d '{"command":"python3 -c \"print(1 + 1)\""}')
+result=$(echo "$events" | sed -nE 's/.*"type":"stdout","text":"([^"]*)".*/\1/p')
+end=$(date +%s%N)
+echo "$events" | grep -v '^$'
+echo
+echo "result: $result   (create to first result: $(((end - start) / 1000000)) ms)"
 
-echo
-echo "== a file uploaded, then read back"
-printf 'print(sum(range(101)))\n' >"/tmp/$name.py"
-curl -sS "${auth[@]}" "$base/files/upload" \
-	-F 'metadata={"path":"/workspace/sum.py","mode":644};filename=metadata;type=application/json' \
-	-F "file=@/tmp/$name.py"
-rm -f "/tmp/$name.py"
-curl -sS -N "${auth[@]}" "$base/command" -d '{"command":"python3 sum.py","cwd":"/workspace"}' | grep '"stdout"'
-
-echo
-echo "== GET /metrics (the container's own cgroup: 512 MiB limit)"
-curl -sS "${auth[@]}" "$base/metrics"
-echo
-echo
-echo "demo done; the container is removed"
+echo "== DELETE /v1/sandboxes/$sandbox"
+curl -fsS -o /dev/null -w "%{http_code}\n" -X DELETE "${auth[@]}" "$base/sandboxes/$sandbox"
+sandbox=""
+echo "demo done"

@@ -1,0 +1,432 @@
+// Command serverbench measures opensandbox-server on the local Docker
+// engine against the engine alone, in one run, and prints a table:
+//
+//   - create-to-first-command: POST /v1/sandboxes, wait for Running, get
+//     the execd endpoint, run `true`; baseline `docker run -d` then the
+//     first `docker exec true`, on the same image;
+//   - listing 500 sandboxes (GET /v1/sandboxes?pageSize=200);
+//   - the server's RSS with those 500 sandboxes.
+//
+//	go run ./bench/serverbench [-mode full|quick] [-out bench/results]
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+)
+
+type settings struct {
+	image     string
+	creates   int // sequential create-to-first-command runs
+	baselines int // docker run + exec runs
+	fleet     int // sandboxes for the list and memory rows
+	lists     int // GET /sandboxes requests timed
+}
+
+var modes = map[string]settings{
+	"full":  {image: "opensandbox/python:3.11", creates: 40, baselines: 20, fleet: 500, lists: 100},
+	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 100, lists: 50},
+}
+
+type row struct {
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit"`
+	Value    float64 `json:"value"`
+	P99      float64 `json:"p99,omitempty"`
+	Baseline float64 `json:"baseline,omitempty"`
+	BaseP99  float64 `json:"baseline_p99,omitempty"`
+	BaseName string  `json:"baseline_name,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	Target   string  `json:"target,omitempty"`
+	Note     string  `json:"note,omitempty"`
+}
+
+func main() {
+	mode := flag.String("mode", "full", "full or quick")
+	out := flag.String("out", "bench/results", "directory for the JSON results")
+	flag.Parse()
+	set, ok := modes[*mode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "serverbench: unknown mode %q\n", *mode)
+		os.Exit(2)
+	}
+	b, err := startServer(set)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serverbench:", err)
+		os.Exit(1)
+	}
+	rows, err := b.runAll()
+	b.stop()
+	printTable(os.Stdout, *mode, rows)
+	if err == nil {
+		err = writeJSON(*out, *mode, rows)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serverbench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	set   settings
+	dir   string
+	scope string
+	key   string
+	base  string
+	cmd   *exec.Cmd
+	hc    *http.Client
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func startServer(set settings) (*bench, error) {
+	dir, err := os.MkdirTemp("", "serverbench-")
+	if err != nil {
+		return nil, err
+	}
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	b := &bench{set: set, dir: dir, scope: "bench-" + randomHex(4), key: randomHex(24), base: "http://" + addr,
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	cfg := fmt.Sprintf(`version = 1
+[server]
+listen = %q
+api_key = %q
+log_level = "warn"
+[runtime]
+type = "docker"
+[runtime.docker]
+data_dir = %q
+label_scope = %q
+default_memory = "256Mi"
+`, addr, b.key, filepath.Join(dir, "data"), b.scope)
+	os.WriteFile(filepath.Join(dir, "sandbox.toml"), []byte(cfg), 0o600)
+	b.cmd = exec.Command(filepath.Join(dir, "opensandbox-server"), "--config", filepath.Join(dir, "sandbox.toml"))
+	b.cmd.Stderr = os.Stderr
+	if err := b.cmd.Start(); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(b.base + "/health"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.stop()
+			return nil, fmt.Errorf("server did not start")
+		}
+	}
+	return b, nil
+}
+
+// stop stops the server and removes everything of its scope.
+func (b *bench) stop() {
+	if b.cmd != nil && b.cmd.Process != nil {
+		b.cmd.Process.Signal(os.Interrupt)
+		b.cmd.Wait()
+	}
+	if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=opensandbox.scope="+b.scope).Output(); len(bytes.TrimSpace(ids)) > 0 {
+		exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+	}
+	os.RemoveAll(b.dir)
+}
+
+func (b *bench) do(method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, b.base+path, rd)
+	req.Header.Set(api.HeaderAPIKey, b.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+func (b *bench) create(entrypoint ...string) (string, error) {
+	code, data, err := b.do("POST", "/v1/sandboxes", api.CreateSandboxRequest{
+		Image: &api.ImageSpec{URI: b.set.image}, Entrypoint: entrypoint,
+		ResourceLimits: map[string]string{"cpu": "1", "memory": "256Mi"},
+	})
+	if err != nil || code != 202 {
+		return "", fmt.Errorf("create: %d %s %v", code, data, err)
+	}
+	var resp api.CreateSandboxResponse
+	json.Unmarshal(data, &resp)
+	return resp.ID, nil
+}
+
+func (b *bench) waitRunning(id string) error {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		_, data, err := b.do("GET", "/v1/sandboxes/"+id, nil)
+		if err != nil {
+			return err
+		}
+		var sb api.Sandbox
+		json.Unmarshal(data, &sb)
+		switch sb.Status.State {
+		case "Running":
+			return nil
+		case "Failed":
+			return fmt.Errorf("sandbox %s failed: %s", id, sb.Status.Message)
+		}
+	}
+	return fmt.Errorf("sandbox %s did not start", id)
+}
+
+// firstCommand runs `true` through the sandbox's execd endpoint.
+func (b *bench) firstCommand(id string) error {
+	_, data, err := b.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
+	if err != nil {
+		return err
+	}
+	var ep api.Endpoint
+	json.Unmarshal(data, &ep)
+	req, _ := http.NewRequest("POST", "http://"+ep.Endpoint+"/command", strings.NewReader(`{"command":"true"}`))
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := api.NewEventDecoder(resp.Body)
+	for {
+		ev, err := dec.Next()
+		if err != nil {
+			return fmt.Errorf("command stream ended without completing: %v", err)
+		}
+		if ev.Type == api.EventComplete {
+			return nil
+		}
+	}
+}
+
+func percentile(ds []time.Duration, p float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[int(float64(len(s)-1)*p)].Microseconds()) / 1000
+}
+
+func docker(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func (b *bench) createToFirstCommand() (row, error) {
+	warm := func() { // first runs of each warm caches; not counted
+		if id, err := b.create("sleep", "infinity"); err == nil {
+			b.waitRunning(id)
+			b.do("DELETE", "/v1/sandboxes/"+id, nil)
+		}
+		if id, err := docker("run", "-d", "--label", "opensandbox.scope="+b.scope, b.set.image, "sleep", "infinity"); err == nil {
+			docker("exec", id, "true")
+			docker("rm", "-f", id)
+		}
+	}
+	warm()
+	var ours, theirs []time.Duration
+	for range b.set.creates {
+		start := time.Now()
+		id, err := b.create("sleep", "infinity")
+		if err == nil {
+			err = b.waitRunning(id)
+		}
+		if err == nil {
+			err = b.firstCommand(id)
+		}
+		if err != nil {
+			return row{}, err
+		}
+		ours = append(ours, time.Since(start))
+		b.do("DELETE", "/v1/sandboxes/"+id, nil)
+	}
+	for range b.set.baselines {
+		start := time.Now()
+		id, err := docker("run", "-d", "--label", "opensandbox.scope="+b.scope, b.set.image, "sleep", "infinity")
+		if err == nil {
+			_, err = docker("exec", id, "true")
+		}
+		if err != nil {
+			return row{}, err
+		}
+		theirs = append(theirs, time.Since(start))
+		docker("rm", "-f", id)
+	}
+	r := row{Name: "create to first command, p50 (p99)", Unit: "ms",
+		Value: percentile(ours, 0.5), P99: percentile(ours, 0.99),
+		Baseline: percentile(theirs, 0.5), BaseP99: percentile(theirs, 0.99), BaseName: "docker run -d + docker exec",
+		Target: "ratio <= 1.0 (not slower)",
+		Note:   fmt.Sprintf("%s; %d runs (baseline %d)", b.set.image, b.set.creates, b.set.baselines)}
+	r.Ratio = r.Value / r.Baseline
+	return r, nil
+}
+
+// fleetRows creates the fleet, times listing it, and reads the server's
+// memory.
+func (b *bench) fleetRows() ([]row, error) {
+	n := b.set.fleet
+	start := time.Now()
+	ids := make(chan string, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			id, err := b.create("sleep", "infinity")
+			if err == nil {
+				err = b.waitRunning(id)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- id
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return nil, err
+	}
+	fleetTime := time.Since(start)
+
+	var lat []time.Duration
+	for range b.set.lists {
+		t := time.Now()
+		code, data, err := b.do("GET", "/v1/sandboxes?pageSize=200", nil)
+		if err != nil || code != 200 {
+			return nil, fmt.Errorf("list: %d %v", code, err)
+		}
+		lat = append(lat, time.Since(t))
+		var list api.ListSandboxesResponse
+		json.Unmarshal(data, &list)
+		if list.Pagination.TotalItems != n {
+			return nil, fmt.Errorf("list reports %d sandboxes, want %d", list.Pagination.TotalItems, n)
+		}
+	}
+	var filtered []time.Duration
+	for range b.set.lists {
+		t := time.Now()
+		if code, _, err := b.do("GET", "/v1/sandboxes?state=Running&metadata=team%3Dnone&pageSize=200", nil); err != nil || code != 200 {
+			return nil, fmt.Errorf("filtered list: %d %v", code, err)
+		}
+		filtered = append(filtered, time.Since(t))
+	}
+	time.Sleep(2 * time.Second)
+	rss, err := readRSS(b.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	return []row{
+		{Name: fmt.Sprintf("list %d sandboxes (pageSize=200), p50 (p99)", n), Unit: "ms", Value: percentile(lat, 0.5), P99: percentile(lat, 0.99), Target: "< 20 ms"},
+		{Name: fmt.Sprintf("list %d sandboxes, filtered, p50 (p99)", n), Unit: "ms", Value: percentile(filtered, 0.5), P99: percentile(filtered, 0.99)},
+		{Name: fmt.Sprintf("server RSS with %d sandboxes", n), Unit: "MB", Value: rss},
+		{Name: fmt.Sprintf("%d creates, 16 at a time, until all Running", n), Unit: "s", Value: fleetTime.Seconds()},
+	}, nil
+}
+
+func readRSS(pid int) (float64, error) {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1000, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
+
+func (b *bench) runAll() ([]row, error) {
+	r, err := b.createToFirstCommand()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  %s: %.1f ms\n", r.Name, r.Value)
+	rows := []row{r}
+	fleet, err := b.fleetRows()
+	return append(rows, fleet...), err
+}
+
+func printTable(w io.Writer, mode string, rows []row) {
+	fmt.Fprintf(w, "\nopensandbox-server benchmark (%s), %s\n\n", mode, time.Now().Format("2006-01-02 15:04"))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tserver\tbaseline\tratio\ttarget\tnote")
+	fmt.Fprintln(tw, "-------\t------\t--------\t-----\t------\t----")
+	for _, r := range rows {
+		ours := fmt.Sprintf("%.3g %s", r.Value, r.Unit)
+		if r.P99 != 0 {
+			ours = fmt.Sprintf("%.3g (%.3g) %s", r.Value, r.P99, r.Unit)
+		}
+		base, ratio := "-", "-"
+		if r.BaseName != "" {
+			base = fmt.Sprintf("%.3g (%.3g) %s [%s]", r.Baseline, r.BaseP99, r.Unit, r.BaseName)
+			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, base, ratio, r.Target, r.Note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nratio: server time / baseline time (below 1.0 is faster than the baseline)")
+}
+
+func writeJSON(dir, mode string, rows []row) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	doc := map[string]any{"benchmark": "opensandbox-server", "mode": mode, "time": time.Now().UTC().Format(time.RFC3339), "rows": rows}
+	data, _ := json.MarshalIndent(doc, "", "  ")
+	path := filepath.Join(dir, "server-"+mode+".json")
+	fmt.Println("results written to", path)
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
