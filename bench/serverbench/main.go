@@ -4,10 +4,12 @@
 //   - create-to-first-command: POST /v1/sandboxes, wait for Running, get
 //     the execd endpoint, run `true`; baseline `docker run -d` then the
 //     first `docker exec true`, on the same image;
+//
 //   - listing 500 sandboxes (GET /v1/sandboxes?pageSize=200);
+//
 //   - the server's RSS with those 500 sandboxes.
 //
-//	go run ./bench/serverbench [-mode full|quick] [-out bench/results]
+//     go run ./bench/serverbench [-mode full|quick] [-out bench/results]
 package main
 
 import (
