@@ -378,8 +378,15 @@ func TestParseMountInfoKeepsCgroupMounts(t *testing.T) {
 	if !reflect.DeepEqual(points, want) {
 		t.Errorf("mount points %q, want %q", points, want)
 	}
-	if _, err := ParseMountInfo("22 1 0:21 / /proc rw - proc proc rw\nbad line\n"); err == nil || !strings.Contains(err.Error(), "line 2") {
-		t.Errorf("malformed second line: error %v, want one naming line 2", err)
+	if _, err := ParseMountInfo("22 1 0:21 / /proc rw - proc proc rw\n23 1 0:22 relative /x rw - cgroup cgroup rw,memory\n"); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("malformed cgroup line: error %v, want one naming line 2", err)
+	}
+	// Other file systems' lines are not read: nsfs roots are not paths,
+	// and the host shows them while containers run.
+	other := "94 27 0:4 net:[4026532184] /run/docker/netns/101207927fb1 rw - nsfs nsfs rw\n" +
+		"35 25 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+	if mounts, err := ParseMountInfo(other); err != nil || len(mounts) != 1 {
+		t.Errorf("mountinfo with nsfs and odd lines: %v, %v", mounts, err)
 	}
 }
 

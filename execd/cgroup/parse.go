@@ -100,8 +100,10 @@ func (m Mount) version() Version {
 func (m Mount) has(controller string) bool { return slices.Contains(m.SuperOptions, controller) }
 
 // ParseMountInfo returns the cgroup and cgroup2 mounts listed in the
-// content of /proc/<pid>/mountinfo, in file order. A malformed line is an
-// error naming it, whatever its file system.
+// content of /proc/<pid>/mountinfo, in file order. A malformed cgroup line
+// is an error naming it, as is a line without the separator; lines of
+// other file systems are skipped unread, since some (nsfs mounts of
+// network namespaces, "net:[4026532184]") have roots that are not paths.
 func ParseMountInfo(data string) ([]Mount, error) {
 	var ms []Mount
 	n := 0
@@ -109,6 +111,9 @@ func ParseMountInfo(data string) ([]Mount, error) {
 		n++
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
+			continue
+		}
+		if fs := mountFSType(line); fs != "" && fs != "cgroup" && fs != "cgroup2" {
 			continue
 		}
 		m, err := ParseMountInfoLine(line)
@@ -120,6 +125,17 @@ func ParseMountInfo(data string) ([]Mount, error) {
 		}
 	}
 	return ms, nil
+}
+
+// mountFSType returns the file system type of a mountinfo line, the field
+// after the " - " separator, or "" when there is none.
+func mountFSType(line string) string {
+	_, rest, ok := strings.Cut(line, " - ")
+	if !ok {
+		return ""
+	}
+	fs, _, _ := strings.Cut(rest, " ")
+	return fs
 }
 
 // ParseMountInfoLine parses one line of /proc/<pid>/mountinfo (see
