@@ -34,6 +34,7 @@ type server struct {
 	config  string
 	listen  string
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has exited
 	logs    *syncBuffer
 	hc      *http.Client
 }
@@ -144,6 +145,7 @@ func (s *server) start() {
 		s.t.Fatal(err)
 	}
 	exited := make(chan struct{})
+	s.exited = exited
 	go func() { s.cmd.Wait(); close(exited) }()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		resp, err := http.Get(s.base + "/health")
@@ -166,21 +168,20 @@ func (s *server) start() {
 
 // stop sends sig to the server and waits for it to exit.
 func (s *server) stop(sig syscall.Signal) {
-	if s.cmd == nil || s.cmd.Process == nil || s.cmd.ProcessState != nil {
+	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	s.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() {
-		for s.cmd.ProcessState == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-s.exited:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
 	case <-time.After(20 * time.Second):
 		s.cmd.Process.Kill()
+		<-s.exited
 	}
 }
 
