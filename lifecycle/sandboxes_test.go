@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +112,7 @@ func TestCreateBuildsSpec(t *testing.T) {
 	if len(spec.Volumes) != 2 {
 		t.Fatalf("volumes %+v", spec.Volumes)
 	}
-	if v := spec.Volumes[0]; v.HostPath != allowed || v.MountPath != "/data" || v.SubPath != "x" || v.Claim != nil {
+	if v := spec.Volumes[0]; v.HostPath != filepath.Join(allowed, "x") || v.MountPath != "/data" || v.SubPath != "" || v.Claim != nil {
 		t.Fatalf("host volume %+v", v)
 	}
 	if v := spec.Volumes[1]; v.Claim == nil || v.Claim.Name != "my-claim" || !v.Claim.CreateIfNotExists || !v.Claim.DeleteOnTermination ||

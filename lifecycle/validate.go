@@ -421,7 +421,9 @@ func (s *Server) volumes(in []api.Volume) ([]sandbox.Volume, error) {
 			if err != nil {
 				return nil, err
 			}
-			vol.HostPath = p
+			// The runtime mounts the path as resolved here, and checks
+			// that no symlink appeared in it since.
+			vol.HostPath, vol.SubPath = p, ""
 		case v.PVC != nil:
 			c := v.PVC
 			if len(c.ClaimName) > 253 || !dnsLabelRE.MatchString(c.ClaimName) {
@@ -483,7 +485,8 @@ var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
 // checkHostPath allows host path p (mounted at its subdirectory sub) only
 // if p and p/sub lie under an allow-list entry, both as written (cleaned)
 // and with every symlink resolved, and neither is, nor contains, the
-// Docker socket. It returns p cleaned; field names p in messages.
+// Docker socket. It returns p/sub with every symlink resolved; field
+// names p in messages.
 func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
 		return "", invalid(codeVolumeHostPath, "%s %q: want an absolute path on this host", field, p)
@@ -535,7 +538,7 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 			return "", invalid(codeVolumeNotAllowed, "%s %q leads (through symlinks) to %s, which is not under an allowed host path", field, p, c)
 		}
 	}
-	return clean, nil
+	return resolved[1], nil
 }
 
 // within reports whether clean path p is dir or lies under it.

@@ -108,6 +108,9 @@ func loadConfig(path string, insecure bool) (*fileConfig, error) {
 }
 
 func (c *fileConfig) setDefaults() {
+	if c.Runtime.Docker.DataDir == "" {
+		c.Runtime.Docker.DataDir = docker.DefaultConfig().DataDir
+	}
 	s := &c.Server
 	if s.Listen == "" {
 		s.Listen = "127.0.0.1:8080"
@@ -141,6 +144,11 @@ func (c *fileConfig) validate() error {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("server.host_volume_allowlist: %q is not an absolute path", p)
 		}
+		// The runtime's data holds every sandbox's token: no sandbox may
+		// mount it, or a directory above it.
+		if dataDir := c.Runtime.Docker.DataDir; dataDir != "" && within(filepath.Clean(dataDir), filepath.Clean(p)) {
+			return fmt.Errorf("server.host_volume_allowlist: %q contains runtime.docker.data_dir %s, which holds the sandboxes' tokens", p, dataDir)
+		}
 	}
 	switch s.LogFormat {
 	case "text", "json":
@@ -155,6 +163,11 @@ func (c *fileConfig) validate() error {
 		return fmt.Errorf("runtime.type: %q is not docker", c.Runtime.Type)
 	}
 	return nil
+}
+
+// within reports whether clean path p is dir or lies under it.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 var errNoAPIKey = errors.New("no API key: set server.api_key (or " + envAPIKey + ") to a key made with\n  opensandbox-server gen-key\nor set server.insecure = true to accept every request (local experiments only)")
@@ -185,7 +198,7 @@ api_key = "{{KEY}}"
 # Accept requests without a key. Only for experiments on a machine of your own.
 insecure = false
 # Address clients use to reach this server, for endpoints that go through
-# its proxy (use_server_proxy). Default: the listen address.
+# its proxy (use_server_proxy). Default: the Host the client asked with.
 public_address = ""
 # Longest timeout a sandbox may ask for, and how far ahead a renewal may
 # reach; "0s" means no limit.
@@ -193,7 +206,8 @@ max_sandbox_timeout = "24h"
 # Shortest timeout a sandbox may ask for.
 min_sandbox_timeout = "60s"
 # Host directories sandboxes may mount as host volumes (and their
-# subdirectories). Empty: host volumes are refused.
+# subdirectories). Empty: host volumes are refused. The runtime's data_dir
+# may not be under one of them.
 host_volume_allowlist = []
 # Largest request body, in bytes.
 max_body_bytes = 1048576
@@ -207,7 +221,7 @@ type = "docker"
 [runtime.docker]
 # Engine address; empty: DOCKER_HOST, else the local socket.
 host = ""
-# Where the runtime keeps its state database and the sandboxes' tokens.
+# Where the runtime keeps its state database (expiry, metadata, tokens).
 data_dir = "/var/lib/opensandbox/docker"
 # The static execd binary mounted into every sandbox; empty: "execd"
 # beside this server's binary.
@@ -218,8 +232,12 @@ label_scope = "default"
 # endpoints (default: bind_ip).
 bind_ip = "127.0.0.1"
 public_host = ""
-# Docker network of the sandboxes.
-network = "bridge"
+# Docker network of the sandboxes. The default, "opensandbox", is a bridge
+# the server makes, on which sandboxes cannot reach each other.
+network = "opensandbox"
+# Existing named volumes (by name prefix) sandboxes may mount; volumes the
+# server made itself are always allowed.
+named_volume_allowlist = []
 # OCI runtime of sandboxes: "" (the engine's default, runc) or "runsc"
 # (gVisor). A sandbox may ask for one of allowed_runtimes with the
 # extension "docker.runtime".
@@ -227,8 +245,10 @@ runtime = ""
 allowed_runtimes = ["runc", "runsc"]
 # When images are pulled: "if-not-present", "always" or "never".
 pull_policy = "if-not-present"
-# How long a sandbox may take to answer once its container started.
+# How long a sandbox may take to answer once its container started, and
+# how long one image pull may take.
 start_timeout = "60s"
+pull_timeout = "10m"
 # Limits of a sandbox that asks for none; empty: unlimited.
 default_cpu = "1"
 default_memory = "2Gi"

@@ -106,3 +106,10 @@ func TestGenKey(t *testing.T) {
 		t.Fatalf("keys %q %q", a, b)
 	}
 }
+
+func TestAllowlistMayNotHoldTheDataDir(t *testing.T) {
+	path := writeConfig(t, "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nhost_volume_allowlist = [\"/var/lib\"]\n")
+	if _, err := loadConfig(path, false); err == nil || !strings.Contains(err.Error(), "tokens") {
+		t.Fatalf("allowlist above the data dir: %v", err)
+	}
+}

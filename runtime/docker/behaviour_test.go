@@ -121,8 +121,7 @@ func TestRestartRecovers(t *testing.T) {
 	// A create the restart caught before its container existed.
 	interrupted := sandbox.NewID()
 	rt1.st.putRecord(&record{ID: interrupted, Image: testImage, Entrypoint: []string{"sleep", "1000"}, CreatedAt: time.Now().UTC(),
-		Spec: &sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "1000"}}})
-	os.WriteFile(rt1.tokenFile(interrupted), []byte(newToken()), 0o400)
+		Token: newToken(), Spec: &sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "1000"}}})
 	rt1.Close()
 
 	rt2, err := New(Config{DataDir: dir, ExecdPath: testExecd, LabelScope: scope}, nil)

@@ -42,7 +42,9 @@ type Config struct {
 	// PublicHost is the host name or address put in endpoints. Default:
 	// BindIP, or 127.0.0.1 when BindIP is 0.0.0.0.
 	PublicHost string `toml:"public_host"`
-	// Network is the Docker network sandboxes join. Default "bridge".
+	// Network is the Docker network sandboxes join. Default
+	// "opensandbox": a bridge the runtime makes, on which sandboxes cannot
+	// reach each other. Any other network is used as it is.
 	Network string `toml:"network"`
 	// Runtime is the OCI runtime of sandboxes ("" for the engine's
 	// default, "runsc" for gVisor). A sandbox may ask for another with the
@@ -57,6 +59,12 @@ type Config struct {
 	// StartTimeout is how long a sandbox may take from its container's
 	// start until execd answers. Default 60 s.
 	StartTimeout time.Duration `toml:"start_timeout"`
+	// PullTimeout bounds one image pull. Default 10 minutes.
+	PullTimeout time.Duration `toml:"pull_timeout"`
+	// NamedVolumeAllowlist lists prefixes of existing named volumes that
+	// sandboxes may mount. Volumes made by this server (its label scope)
+	// are always allowed; any other volume on the engine is refused.
+	NamedVolumeAllowlist []string `toml:"named_volume_allowlist"`
 	// DefaultCPU and DefaultMemory apply when a request sets no limit
 	// ("1", "500m"; "1Gi", "512Mi"). Empty: no limit.
 	DefaultCPU    string `toml:"default_cpu"`
@@ -101,9 +109,10 @@ func (c *Config) setDefaults() {
 			c.PublicHost = "127.0.0.1"
 		}
 	}
-	c.Network = cmp.Or(c.Network, "bridge")
+	c.Network = cmp.Or(c.Network, defaultNetwork)
 	c.PullPolicy = cmp.Or(c.PullPolicy, "if-not-present")
 	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
+	c.PullTimeout = cmp.Or(c.PullTimeout, 10*time.Minute)
 	c.PidsLimit = cmp.Or(c.PidsLimit, 4096)
 	if c.CapAdd == nil {
 		c.CapAdd = slices.Clone(defaultCaps)
@@ -152,11 +161,15 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Paths inside every sandbox.
-const (
-	execdInSandbox = "/opt/opensandbox/bin/execd"
-	tokenInSandbox = "/opt/opensandbox/token"
-)
+// defaultNetwork is the network the runtime makes for its sandboxes.
+const defaultNetwork = "opensandbox"
+
+// execdInSandbox is where execd is mounted in every sandbox.
+const execdInSandbox = "/opt/opensandbox/bin/execd"
+
+// envExecdToken carries the sandbox's token to execd, which moves it out
+// of its environment at start and never passes it on.
+const envExecdToken = "EXECD_ACCESS_TOKEN"
 
 // Label keys. The values of labelScope and labelID locate a sandbox's
 // container; the others record immutable facts.
@@ -185,16 +198,21 @@ const extRuntime = "docker.runtime"
 func containerName(id sandbox.ID) string { return "osb-" + string(id) }
 
 // containerConfig builds the container of a sandbox. It is pure: the same
-// input gives the same configuration, which tests compare to golden files.
-func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created time.Time, tokenFile string) (*container.Config, *container.HostConfig, *ocispec.Platform, error) {
+// input gives the same configuration.
+//
+// Every label is written, empty when it has no value: a container made
+// from a snapshot would otherwise inherit the labels of the sandbox the
+// snapshot was taken from.
+func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created time.Time, token string) (*container.Config, *container.HostConfig, *ocispec.Platform, error) {
 	labels := map[string]string{
-		labelScope:   cfg.LabelScope,
-		labelID:      string(id),
-		labelCreated: created.UTC().Format(time.RFC3339Nano),
-		labelImage:   spec.Image,
-	}
-	if spec.SnapshotID != "" {
-		labels[labelSnapshot] = spec.SnapshotID
+		labelScope:    cfg.LabelScope,
+		labelID:       string(id),
+		labelCreated:  created.UTC().Format(time.RFC3339Nano),
+		labelImage:    spec.Image,
+		labelSnapshot: spec.SnapshotID,
+		labelExpires:  "",
+		labelSecure:   strconv.FormatBool(spec.SecureAccess),
+		labelPlatform: "",
 	}
 	for key, v := range map[string]any{labelEntrypoint: spec.Entrypoint, labelMetadata: spec.Metadata, labelExtensions: spec.Extensions} {
 		b, _ := json.Marshal(v)
@@ -203,20 +221,20 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	if spec.ExpiresAt != nil {
 		labels[labelExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
-	if spec.SecureAccess {
-		labels[labelSecure] = "true"
-	}
 	var platform *ocispec.Platform
 	if spec.Platform != nil {
 		labels[labelPlatform] = spec.Platform.OS + "/" + spec.Platform.Arch
 		platform = &ocispec.Platform{OS: spec.Platform.OS, Architecture: spec.Platform.Arch}
 	}
 
-	env := make([]string, 0, len(spec.Env))
+	env := make([]string, 0, len(spec.Env)+1)
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		env = append(env, k+"="+spec.Env[k])
+		if k != envExecdToken {
+			env = append(env, k+"="+spec.Env[k])
+		}
 	}
-	cmd := append([]string{"--access-token-file", tokenInSandbox, "--"}, spec.Entrypoint...)
+	env = append(env, envExecdToken+"="+token)
+	cmd := append([]string{"--"}, spec.Entrypoint...)
 	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
 	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
@@ -241,7 +259,6 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	}
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: cfg.ExecdPath, Target: execdInSandbox, ReadOnly: true},
-		{Type: mount.TypeBind, Source: tokenFile, Target: tokenInSandbox, ReadOnly: true},
 	}
 	for _, v := range spec.Volumes {
 		m, err := volumeMount(v)

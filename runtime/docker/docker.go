@@ -20,8 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -35,20 +33,25 @@ var (
 
 // Runtime runs sandboxes as Docker containers.
 type Runtime struct {
-	cfg    Config
-	log    *slog.Logger
-	eng    *engine
-	st     *store
-	tokens string // directory of the token files
-	events *eventLog
-	pulls  singleflight.Group
-	guard  *netGuard
+	cfg      Config
+	log      *slog.Logger
+	eng      *engine
+	st       *store
+	events   *eventLog
+	pulls    *pulls
+	runtimes map[string]bool // OCI runtimes the engine has
 
 	// ctx lives as long as the runtime: creates and the event loop run in
 	// it, not in the request that started them.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// recMu orders writes of sandbox records, so that two updates of one
+	// sandbox reach the store in the order they were made.
+	recMu sync.Mutex
+	// reconcileMu keeps reconciliations from overlapping.
+	reconcileMu sync.Mutex
 
 	mu   sync.Mutex
 	byID map[sandbox.ID]*entry
@@ -59,19 +62,38 @@ type Runtime struct {
 type entry struct {
 	sb    sandbox.Sandbox
 	token string
+	// gen counts changes of the entry; Reconcile leaves alone an entry
+	// that changed while it looked at the engine.
+	gen uint64
 	// ports maps container ports to their host addresses, once known.
 	ports map[int]string
-	// portsKnown is closed when ports are known, or when the sandbox
-	// failed before they were.
+	// portsKnown is closed when ports are known, or when provisioning
+	// ended without them.
 	portsKnown chan struct{}
 	knownOnce  sync.Once
-	// cancel stops a create in progress; done is closed when it ended.
+	// cancel stops provisioning; done is closed when it ended. Both are
+	// nil when the sandbox is not being provisioned.
 	cancel   context.CancelFunc
 	done     chan struct{}
 	deleting bool
+	oomed    bool // the engine reported an out-of-memory kill
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
+
+// provisioning reports whether a provision goroutine runs for e. The
+// caller holds Runtime.mu.
+func (e *entry) provisioning() bool {
+	if e.done == nil {
+		return false
+	}
+	select {
+	case <-e.done:
+		return false
+	default:
+		return true
+	}
+}
 
 func newEntry(sb sandbox.Sandbox, token string) *entry {
 	return &entry{sb: sb, token: token, ports: map[int]string{}, portsKnown: make(chan struct{})}
@@ -79,7 +101,8 @@ func newEntry(sb sandbox.Sandbox, token string) *entry {
 
 // New connects to the engine, opens the state store and rebuilds the
 // index from the engine and the store: every sandbox of a previous run is
-// back, creates it interrupted are finished, and leftovers are removed.
+// back, creates and deletes it interrupted are finished, and leftovers are
+// removed.
 func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -88,8 +111,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	tokens := filepath.Join(cfg.DataDir, "tokens")
-	if err := os.MkdirAll(tokens, 0o700); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	eng, err := newEngine(cfg.Host)
@@ -102,22 +124,35 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 		eng.close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
+	runtimes, err := eng.runtimes(pingCtx)
+	if err != nil {
+		eng.close()
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	if cfg.Runtime != "" && cfg.Runtime != "runc" && !runtimes[cfg.Runtime] {
+		eng.close()
+		return nil, fmt.Errorf("runtime.docker.runtime: the engine has no runtime %q (register it in /etc/docker/daemon.json)", cfg.Runtime)
+	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "state.db"))
 	if err != nil {
 		eng.close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, tokens: tokens,
+	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, runtimes: runtimes,
 		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{}}
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
+	r.pulls = newPulls(eng, r.log, cfg.PullTimeout)
 	defer func() {
 		if retErr != nil {
 			r.Close()
 		}
 	}()
+	if err := r.ensureNetwork(ctx); err != nil {
+		return nil, err
+	}
 	if *cfg.BlockMetadata || len(cfg.BlockedCIDRs) > 0 {
-		if r.guard, err = newNetGuard(ctx, eng, cfg); err != nil {
+		if _, err := newNetGuard(ctx, eng, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -127,6 +162,18 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	r.wg.Add(1)
 	go r.watchEvents()
 	return r, nil
+}
+
+// ensureNetwork makes the sandbox network when it is the runtime's own
+// (the default): a bridge whose containers cannot reach each other.
+func (r *Runtime) ensureNetwork(ctx context.Context) error {
+	if r.cfg.Network != defaultNetwork {
+		return nil
+	}
+	if err := r.eng.ensureIsolatedNetwork(ctx, defaultNetwork); err != nil {
+		return fmt.Errorf("create network %s: %w", defaultNetwork, err)
+	}
+	return nil
 }
 
 // Close stops the runtime's background work; sandboxes keep running.
@@ -146,14 +193,6 @@ func newToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-func (r *Runtime) tokenFile(id sandbox.ID) string { return filepath.Join(r.tokens, string(id)) }
-
-// readToken returns the token of a sandbox from its token file.
-func (r *Runtime) readToken(id sandbox.ID) string {
-	b, _ := os.ReadFile(r.tokenFile(id))
-	return string(b)
-}
-
 func cloneSandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
 	c := *sb
 	c.Entrypoint = slices.Clone(sb.Entrypoint)
@@ -170,7 +209,7 @@ func cloneSandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
 	return &c
 }
 
-// get returns the entry of id, or ErrNotFound. r.mu must be held.
+// getLocked returns the entry of id, or ErrNotFound. r.mu must be held.
 func (r *Runtime) getLocked(id sandbox.ID) (*entry, error) {
 	e, ok := r.byID[id]
 	if !ok || e.deleting {
@@ -187,6 +226,7 @@ func (r *Runtime) transitionLocked(e *entry, state sandbox.State, reason, msg st
 	}
 	now := time.Now().UTC()
 	e.sb.Status = sandbox.Status{State: state, Reason: reason, Message: msg, Since: now}
+	e.gen++
 	r.event(e.sb.ID, sandbox.Event{Time: now, Source: sandbox.SourceLifecycle, Type: reason, Message: stateMessage(state, msg)})
 }
 
@@ -201,16 +241,42 @@ func stateMessage(state sandbox.State, msg string) string {
 // happens in the background.
 func (r *Runtime) event(id sandbox.ID, ev sandbox.Event) { r.events.add(id, ev) }
 
+// updateRecord changes the stored record of a sandbox: apply runs under
+// r.mu on the entry (nil when the index has none) and returns the change
+// to persist, which is written in the order the changes were made.
+func (r *Runtime) updateRecord(id sandbox.ID, apply func(e *entry) (func(*record), error)) error {
+	r.recMu.Lock()
+	defer r.recMu.Unlock()
+	r.mu.Lock()
+	e := r.byID[id]
+	if e != nil && e.deleting {
+		e = nil
+	}
+	change, err := apply(e)
+	r.mu.Unlock()
+	if err != nil || change == nil {
+		return err
+	}
+	if err := r.st.updateRecord(id, change); err != nil {
+		return fmt.Errorf("record sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
 // Create records the sandbox and starts provisioning it in the
 // background: image, container, start, and the wait for execd. It returns
-// at once with the sandbox Pending. Inputs that cannot work (a volume that
-// does not exist, a runtime not allowed) fail here, before anything is
-// made.
+// at once with the sandbox Pending. Inputs that cannot work (a named
+// volume that may not be used, a runtime the engine lacks) fail here,
+// before anything is made.
 func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (_ *sandbox.Sandbox, retErr error) {
 	created := time.Now().UTC()
-	// Checked now, so a bad request leaves nothing behind.
-	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, r.tokenFile(id)); err != nil {
+	token := newToken()
+	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token); err != nil {
 		return nil, err
+	}
+	if rt := spec.Extensions[extRuntime]; rt != "" && rt != "runc" && !r.runtimes[rt] {
+		return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			fmt.Sprintf("extension %s: the engine has no runtime %q", extRuntime, rt))
 	}
 	if err := r.checkVolumes(ctx, spec.Volumes); err != nil {
 		return nil, err
@@ -220,38 +286,37 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 		ID: id, Image: spec.Image, SnapshotID: spec.SnapshotID, Entrypoint: slices.Clone(spec.Entrypoint),
 		Metadata: maps.Clone(spec.Metadata), Extensions: maps.Clone(spec.Extensions), Platform: spec.Platform,
 		SecureAccess: spec.SecureAccess, CreatedAt: created, ExpiresAt: spec.ExpiresAt,
-		NeededAuth: spec.ImageAuth != nil,
+		NeededAuth: spec.ImageAuth != nil, Token: token,
 	}
 	stored := spec
 	stored.ImageAuth = nil
 	rec.Spec = &stored
 
-	token := newToken()
 	e := newEntry(recordSandbox(rec), token)
 	r.mu.Lock()
 	if _, exists := r.byID[id]; exists {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrConflict)
 	}
+	if tomb, _ := r.st.deleted(id); tomb {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s was deleted: %w", id, sandbox.ErrConflict)
+	}
 	r.byID[id] = e
 	r.transitionLocked(e, sandbox.StatePending, "CREATING", "")
+	// Marked as provisioning before anyone else can see it, so that a
+	// reconcile never takes it for a sandbox whose container vanished.
+	pctx := r.prepareProvisionLocked(e)
 	r.mu.Unlock()
-	defer func() {
-		if retErr != nil {
-			r.mu.Lock()
-			delete(r.byID, id)
-			r.mu.Unlock()
-			os.Remove(r.tokenFile(id))
-			r.st.deleteSandbox(id)
-		}
-	}()
-	if err := os.WriteFile(r.tokenFile(id), []byte(token), 0o400); err != nil {
-		return nil, fmt.Errorf("write token of %s: %w", id, err)
-	}
 	if err := r.st.putRecord(rec); err != nil {
+		r.mu.Lock()
+		delete(r.byID, id)
+		r.mu.Unlock()
+		e.cancel()
+		close(e.done)
 		return nil, fmt.Errorf("record sandbox %s: %w", id, err)
 	}
-	r.startProvision(e, spec)
+	r.runProvision(pctx, e, spec)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return cloneSandbox(&e.sb), nil
@@ -292,8 +357,9 @@ func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 }
 
 // Delete removes the sandbox's container, the named volumes made for it,
-// its token and its records. A delete interrupted by a restart is
-// finished by the next reconcile: the record is marked first.
+// and its record. The record is marked first and a tombstone left after,
+// so a restart or a concurrent reconcile finishes the delete rather than
+// bringing the sandbox back.
 func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 	r.mu.Lock()
 	e, err := r.getLocked(id)
@@ -302,11 +368,14 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 		return err
 	}
 	e.deleting = true
+	e.gen++
 	cancel, done := e.cancel, e.done
 	r.mu.Unlock()
+	r.recMu.Lock()
 	if err := r.st.updateRecord(id, func(rec *record) { rec.Deleting = true }); err != nil {
 		r.log.Warn("mark sandbox deleting", "sandbox", id, "err", err)
 	}
+	r.recMu.Unlock()
 	if cancel != nil {
 		cancel()
 		<-done
@@ -320,22 +389,21 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 	return nil
 }
 
-// finishDelete removes everything of a sandbox marked deleting.
+// finishDelete removes everything of a sandbox marked deleting, and
+// leaves its tombstone.
 func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 	if err := r.eng.remove(ctx, containerName(id)); err != nil {
 		return fmt.Errorf("remove container of %s: %w", id, err)
 	}
-	recs, _ := r.st.records()
-	if rec := recs[id]; rec != nil {
+	if rec, err := r.st.record(id); err == nil && rec != nil {
 		for _, v := range rec.OwnedVolumes {
 			if err := r.eng.removeVolume(ctx, v); err != nil {
 				r.log.Warn("remove volume of deleted sandbox", "sandbox", id, "volume", v, "err", err)
 			}
 		}
 	}
-	os.Remove(r.tokenFile(id))
 	r.events.flush() // so that no queued event recreates its log
-	if err := r.st.deleteSandbox(id); err != nil {
+	if err := r.st.bury(id); err != nil {
 		return fmt.Errorf("forget sandbox %s: %w", id, err)
 	}
 	r.mu.Lock()
@@ -367,6 +435,9 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if e, err = r.getLocked(id); err != nil { // deleted while waiting
+		return sandbox.Endpoint{}, err
+	}
 	execd, ok := e.ports[sandbox.PortExecd]
 	if !ok {
 		st := e.sb.Status
@@ -394,61 +465,57 @@ func (r *Runtime) publicAddr(hostAddr string) string {
 
 // SetExpiry records a new expiry.
 func (r *Runtime) SetExpiry(ctx context.Context, id sandbox.ID, at *time.Time) error {
-	r.mu.Lock()
-	e, err := r.getLocked(id)
-	if err == nil {
+	return r.updateRecord(id, func(e *entry) (func(*record), error) {
+		if e == nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
 		e.sb.ExpiresAt = at
-	}
-	r.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if err := r.st.updateRecord(id, func(rec *record) { rec.ExpiresAt = at }); err != nil {
-		return fmt.Errorf("record expiry of %s: %w", id, err)
-	}
-	return nil
+		return func(rec *record) { rec.ExpiresAt = at }, nil
+	})
 }
 
 // PatchMetadata applies a merge patch to the metadata and records it.
 func (r *Runtime) PatchMetadata(ctx context.Context, id sandbox.ID, patch map[string]*string) (*sandbox.Sandbox, error) {
-	r.mu.Lock()
-	e, err := r.getLocked(id)
-	if err != nil {
-		r.mu.Unlock()
-		return nil, err
-	}
-	md := maps.Clone(e.sb.Metadata)
-	if md == nil {
-		md = map[string]string{}
-	}
-	for k, v := range patch {
-		if v == nil {
-			delete(md, k)
-		} else {
-			md[k] = *v
+	var sb *sandbox.Sandbox
+	err := r.updateRecord(id, func(e *entry) (func(*record), error) {
+		if e == nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 		}
-	}
-	e.sb.Metadata = md
-	sb := cloneSandbox(&e.sb)
-	r.mu.Unlock()
-	if err := r.st.updateRecord(id, func(rec *record) { rec.Metadata = maps.Clone(md) }); err != nil {
-		return nil, fmt.Errorf("record metadata of %s: %w", id, err)
-	}
-	return sb, nil
+		md := maps.Clone(e.sb.Metadata)
+		if md == nil {
+			md = map[string]string{}
+		}
+		for k, v := range patch {
+			if v == nil {
+				delete(md, k)
+			} else {
+				md[k] = *v
+			}
+		}
+		e.sb.Metadata = md
+		sb = cloneSandbox(&e.sb)
+		stored := maps.Clone(md)
+		return func(rec *record) { rec.Metadata = stored }, nil
+	})
+	return sb, err
 }
 
 // Pause freezes the container (cgroup freezer): its processes and memory
 // stay as they are. It returns once the container is paused.
 func (r *Runtime) Pause(ctx context.Context, id sandbox.ID) error {
-	return r.pauseOrResume(ctx, id, sandbox.StateRunning, sandbox.StatePaused, "DOCKER::SANDBOX_NOT_RUNNING", r.eng.pause)
+	return r.pauseOrResume(ctx, id, true)
 }
 
 // Resume thaws a paused container.
 func (r *Runtime) Resume(ctx context.Context, id sandbox.ID) error {
-	return r.pauseOrResume(ctx, id, sandbox.StatePaused, sandbox.StateRunning, "DOCKER::SANDBOX_NOT_PAUSED", r.eng.unpause)
+	return r.pauseOrResume(ctx, id, false)
 }
 
-func (r *Runtime) pauseOrResume(ctx context.Context, id sandbox.ID, from, to sandbox.State, code string, op func(context.Context, string) error) error {
+func (r *Runtime) pauseOrResume(ctx context.Context, id sandbox.ID, pause bool) error {
+	from, to, reason, code, verb, op := sandbox.StateRunning, sandbox.StatePaused, "CONTAINER_PAUSED", "DOCKER::SANDBOX_NOT_RUNNING", "pause", r.eng.pause
+	if !pause {
+		from, to, reason, code, verb, op = sandbox.StatePaused, sandbox.StateRunning, "CONTAINER_RUNNING", "DOCKER::SANDBOX_NOT_PAUSED", "resume", r.eng.unpause
+	}
 	r.mu.Lock()
 	e, err := r.getLocked(id)
 	if err == nil && e.sb.Status.State != from {
@@ -462,10 +529,9 @@ func (r *Runtime) pauseOrResume(ctx context.Context, id sandbox.ID, from, to san
 		if errors.Is(err, errNoSuchObject) {
 			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 		}
-		return fmt.Errorf("%s sandbox %s: %w", map[sandbox.State]string{sandbox.StatePaused: "pause", sandbox.StateRunning: "resume"}[to], id, err)
+		return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 	}
 	r.mu.Lock()
-	reason := map[sandbox.State]string{sandbox.StatePaused: "CONTAINER_PAUSED", sandbox.StateRunning: "CONTAINER_RUNNING"}[to]
 	r.transitionLocked(e, to, reason, "")
 	r.mu.Unlock()
 	return nil

@@ -76,7 +76,6 @@ func (e *engine) ping(ctx context.Context) (string, error) {
 // containerInfo is what the runtime needs to know of a container.
 type containerInfo struct {
 	ID     string
-	Name   string
 	Labels map[string]string
 	// State is the engine's: created, running, paused, restarting,
 	// removing, exited, dead.
@@ -87,6 +86,8 @@ type containerInfo struct {
 	// Ports maps a container TCP port to the host address it is
 	// published on.
 	Ports map[int]string
+	// Env is the container's environment (from inspect only).
+	Env []string
 }
 
 // list returns the containers carrying label (key=value), running or not,
@@ -107,9 +108,6 @@ func (e *engine) list(ctx context.Context, label string) ([]containerInfo, error
 				}
 			}
 		}
-		if len(c.Names) > 0 {
-			info.Name = strings.TrimPrefix(c.Names[0], "/")
-		}
 		for _, p := range c.Ports {
 			if p.PublicPort != 0 && p.Type == "tcp" {
 				info.Ports[int(p.PrivatePort)] = net.JoinHostPort(p.IP, strconv.Itoa(int(p.PublicPort)))
@@ -125,7 +123,7 @@ func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) 
 	if err != nil {
 		return containerInfo{}, classify(err)
 	}
-	info := containerInfo{ID: c.ID, Name: strings.TrimPrefix(c.Name, "/"), Labels: c.Config.Labels, Ports: map[int]string{}}
+	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env}
 	if c.State != nil {
 		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
 	}
@@ -176,6 +174,15 @@ func (e *engine) remove(ctx context.Context, id string) error {
 	return err
 }
 
+// kill stops a container at once, keeping it (and its log).
+func (e *engine) kill(ctx context.Context, id string) error {
+	err := classify(e.c.ContainerKill(ctx, id, "KILL"))
+	if err != nil && strings.Contains(err.Error(), "is not running") {
+		return nil
+	}
+	return err
+}
+
 func (e *engine) pause(ctx context.Context, id string) error {
 	return classify(e.c.ContainerPause(ctx, id))
 }
@@ -216,17 +223,14 @@ func (e *engine) pull(ctx context.Context, ref string, username, password string
 	return jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
 }
 
-// commit captures a container's file system as image repo:tag.
-func (e *engine) commit(ctx context.Context, id, ref string, labels map[string]string) (string, error) {
+// commit captures a container's file system as image ref.
+func (e *engine) commit(ctx context.Context, id, ref string, labels map[string]string) error {
 	changes := make([]string, 0, len(labels))
 	for k, v := range labels {
 		changes = append(changes, fmt.Sprintf("LABEL %s=%q", k, v))
 	}
-	resp, err := e.c.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true, Changes: changes})
-	if err != nil {
-		return "", classify(err)
-	}
-	return resp.ID, nil
+	_, err := e.c.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true, Changes: changes})
+	return classify(err)
 }
 
 func (e *engine) removeImage(ctx context.Context, ref string) error {
@@ -304,6 +308,26 @@ func (e *engine) runtimes(ctx context.Context) (map[string]bool, error) {
 		out[name] = true
 	}
 	return out, nil
+}
+
+// ensureIsolatedNetwork makes a bridge network on which containers cannot
+// reach each other (inter-container communication off), if there is none
+// of that name.
+func (e *engine) ensureIsolatedNetwork(ctx context.Context, name string) error {
+	if _, err := e.c.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
+		return nil
+	} else if !client.IsErrNotFound(err) {
+		return err
+	}
+	_, err := e.c.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver:  "bridge",
+		Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"},
+		Labels:  map[string]string{"opensandbox.network": "true"},
+	})
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil // made by a concurrent server
+	}
+	return err
 }
 
 // networkSubnets returns the IPv4 subnets of a Docker network.

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -21,18 +25,26 @@ type failure struct {
 
 func (f *failure) Error() string { return f.reason + ": " + f.msg }
 
-// startProvision runs provision for e in the background.
-func (r *Runtime) startProvision(e *entry, spec sandbox.Spec) {
+// prepareProvisionLocked marks e as being provisioned and returns the
+// context the provisioning runs in. r.mu must be held.
+func (r *Runtime) prepareProvisionLocked(e *entry) context.Context {
 	ctx, cancel := context.WithCancel(r.ctx)
-	done := make(chan struct{})
+	e.cancel, e.done = cancel, make(chan struct{})
+	return ctx
+}
+
+// runProvision provisions e in the background, in ctx from
+// prepareProvisionLocked.
+func (r *Runtime) runProvision(ctx context.Context, e *entry, spec sandbox.Spec) {
 	r.mu.Lock()
-	e.cancel, e.done = cancel, done
+	cancel, done := e.cancel, e.done
 	r.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer close(done)
 		defer cancel()
+		defer e.markPortsKnown() // whatever happens, nobody waits for ever
 		r.provision(ctx, e, spec)
 	}()
 }
@@ -40,33 +52,42 @@ func (r *Runtime) startProvision(e *entry, spec sandbox.Spec) {
 // provision brings a Pending sandbox to Running: image, container, start,
 // published ports, and execd answering. Each step first looks at what is
 // already there, so a create interrupted by a restart resumes where it
-// stopped. On failure the sandbox becomes Failed with the reason, and
-// its container, if one was made, is removed: nothing half-made stays.
+// stopped. On failure the sandbox becomes Failed with the reason; its
+// container, if one was made, is stopped but kept, so that its logs tell
+// what happened, until the sandbox is deleted.
 func (r *Runtime) provision(ctx context.Context, e *entry, spec sandbox.Spec) {
 	id := e.sb.ID
 	err := r.provisionSteps(ctx, e, &spec)
-	if ctx.Err() != nil {
-		return // deleted, or the runtime is closing
-	}
-	if err == nil {
-		return
+	if err == nil || ctx.Err() != nil {
+		return // running, or deleted, or the runtime is closing
 	}
 	var f *failure
 	if !errors.As(err, &f) {
 		f = &failure{reason: "PROVISIONING_ERROR", msg: err.Error()}
 	}
-	r.log.Warn("sandbox failed to start", "sandbox", id, "reason", f.reason, "err", f.msg)
 	cleanup := context.WithoutCancel(ctx)
-	if rerr := r.eng.remove(cleanup, containerName(id)); rerr != nil {
-		r.log.Error("remove container of failed sandbox", "sandbox", id, "err", rerr)
+	if err := r.eng.kill(cleanup, containerName(id)); err != nil && !errors.Is(err, errNoSuchObject) {
+		r.log.Warn("stop container of failed sandbox", "sandbox", id, "err", err)
 	}
-	status := sandbox.Status{State: sandbox.StateFailed, Reason: f.reason, Message: f.msg, Since: time.Now().UTC()}
-	if err := r.st.updateRecord(id, func(rec *record) { rec.Failure, rec.Spec = &status, nil }); err != nil {
-		r.log.Error("record failure", "sandbox", id, "err", err)
+	if logs, err := r.eng.logs(cleanup, containerName(id), 5, time.Time{}); err == nil && strings.TrimSpace(logs) != "" {
+		f.msg += "; last lines of its log:\n" + strings.TrimRight(logs, "\n")
 	}
-	r.mu.Lock()
-	r.transitionLocked(e, sandbox.StateFailed, f.reason, f.msg)
-	r.mu.Unlock()
+	r.log.Warn("sandbox failed to start", "sandbox", id, "reason", f.reason, "err", f.msg)
+	r.fail(e, f.reason, f.msg)
+}
+
+// fail records a sandbox as Failed, in the index and the store.
+func (r *Runtime) fail(e *entry, reason, msg string) {
+	status := sandbox.Status{State: sandbox.StateFailed, Reason: reason, Message: msg, Since: time.Now().UTC()}
+	err := r.updateRecord(e.sb.ID, func(cur *entry) (func(*record), error) {
+		if cur != nil {
+			r.transitionLocked(cur, sandbox.StateFailed, reason, msg)
+		}
+		return func(rec *record) { rec.Failure, rec.Spec = &status, nil }, nil
+	})
+	if err != nil {
+		r.log.Error("record failure", "sandbox", e.sb.ID, "err", err)
+	}
 	e.markPortsKnown()
 }
 
@@ -77,8 +98,8 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 		info, err = r.createContainer(ctx, e, spec)
 	}
 	var f *failure
-	if errors.As(err, &f) {
-		return f
+	if errors.As(err, &f) || ctx.Err() != nil {
+		return err
 	} else if err != nil {
 		return &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("inspect the new container: %v", err)}
 	}
@@ -92,34 +113,37 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	}
 	r.mu.Lock()
 	e.ports = info.Ports
+	r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", "")
 	r.mu.Unlock()
 	e.markPortsKnown()
 	execd, ok := info.Ports[sandbox.PortExecd]
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}
 	}
-	r.mu.Lock()
-	r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", "")
-	r.mu.Unlock()
 	if err := r.waitExecd(ctx, execd, e.token, info.ID); err != nil {
 		return err
 	}
-	if err := r.st.updateRecord(id, func(rec *record) { rec.Spec = nil }); err != nil {
+	state, reason := sandbox.StateRunning, "CONTAINER_RUNNING"
+	if info.State == "paused" {
+		state, reason = sandbox.StatePaused, "CONTAINER_PAUSED"
+	}
+	err = r.updateRecord(id, func(cur *entry) (func(*record), error) {
+		if cur != nil {
+			r.transitionLocked(cur, state, reason, "")
+		}
+		return func(rec *record) { rec.Spec = nil }, nil
+	})
+	if err != nil {
 		r.log.Warn("record sandbox running", "sandbox", id, "err", err)
 	}
-	r.mu.Lock()
-	if info.State == "paused" {
-		r.transitionLocked(e, sandbox.StatePaused, "CONTAINER_PAUSED", "")
-	} else {
-		r.transitionLocked(e, sandbox.StateRunning, "CONTAINER_RUNNING", "")
-	}
-	r.mu.Unlock()
 	r.log.Info("sandbox running", "sandbox", id, "image", spec.Image)
 	return nil
 }
 
 // createContainer makes the sandbox's container: image, named volumes,
-// then the container itself.
+// then the container itself. The engine call that makes the container is
+// not cancelled with ctx, since the engine finishes it anyway: a delete
+// that arrives meanwhile finds the container made, and removes it.
 func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.Spec) (containerInfo, error) {
 	id := e.sb.ID
 	if err := r.ensureImage(ctx, e, spec); err != nil {
@@ -128,14 +152,37 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if err := r.ensureVolumes(ctx, id, spec.Volumes); err != nil {
 		return containerInfo{}, err
 	}
-	cc, hc, platform, err := containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, r.tokenFile(id))
+	if err := recheckHostPaths(spec.Volumes); err != nil {
+		return containerInfo{}, err
+	}
+	cc, hc, platform, err := containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, e.token)
 	if err != nil {
 		return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
 	}
-	if _, err := r.eng.create(ctx, containerName(id), cc, hc, platform); err != nil && !errors.Is(err, errNameConflict) {
+	if ctx.Err() != nil {
+		return containerInfo{}, ctx.Err()
+	}
+	_, err = r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	if err != nil && !errors.Is(err, errNameConflict) {
 		return containerInfo{}, &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("the engine refused the container: %v", err)}
 	}
 	return r.eng.inspect(ctx, containerName(id))
+}
+
+// recheckHostPaths makes sure, right before the mount, that no host
+// volume path has gained a symbolic link since the API checked it: the
+// API passes paths with every link resolved, so any link now is a swap.
+func recheckHostPaths(vols []sandbox.Volume) error {
+	for _, v := range vols {
+		if v.HostPath == "" {
+			continue
+		}
+		p := filepath.Join(v.HostPath, v.SubPath)
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+			return &failure{"VOLUME_CHANGED", fmt.Sprintf("volume %s: host path %s now leads to %s; it changed since it was checked", v.Name, p, real)}
+		}
+	}
+	return nil
 }
 
 // ensureImage makes spec's image available: pulled per the pull policy,
@@ -158,53 +205,115 @@ func (r *Runtime) ensureImage(ctx context.Context, e *entry, spec *sandbox.Spec)
 	r.mu.Lock()
 	r.transitionLocked(e, sandbox.StatePending, "PULLING_IMAGE", ref)
 	r.mu.Unlock()
-	var user, pass string
+	var auth sandbox.RegistryAuth
 	if spec.ImageAuth != nil {
-		user, pass = spec.ImageAuth.Username, spec.ImageAuth.Password
+		auth = *spec.ImageAuth
 	}
-	// Callers with different credentials must not share a pull: one of
-	// them could be refused what the other may see.
-	key := ref + "\x00" + user + "\x00" + pass
-	ch := r.pulls.DoChan(key, func() (any, error) {
-		// The pull runs in the runtime's context: it is shared, and must
-		// not die with the first caller's request.
-		start := time.Now()
-		err := r.eng.pull(r.ctx, ref, user, pass, nil)
-		if err != nil {
-			r.log.Warn("image pull failed", "image", ref, "duration", time.Since(start), "err", err)
-		} else {
-			r.log.Info("image pulled", "image", ref, "duration", time.Since(start))
+	if err := r.pulls.pull(ctx, ref, auth); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		return nil, err
-	})
+		return &failure{"IMAGE_PULL_FAILED", fmt.Sprintf("pull %s: %v", ref, err)}
+	}
+	return nil
+}
+
+// pulls runs image pulls, one per image and credentials at a time:
+// callers asking for a pull already under way wait for it. A pull is
+// cancelled when every caller waiting for it has gone, and after a
+// timeout.
+type pulls struct {
+	eng     *engine
+	log     *slog.Logger
+	timeout time.Duration
+
+	mu       sync.Mutex
+	inflight map[string]*pullOp
+}
+
+type pullOp struct {
+	done    chan struct{}
+	err     error
+	waiters int
+	cancel  context.CancelFunc
+}
+
+func newPulls(eng *engine, log *slog.Logger, timeout time.Duration) *pulls {
+	return &pulls{eng: eng, log: log, timeout: timeout, inflight: map[string]*pullOp{}}
+}
+
+func (p *pulls) pull(ctx context.Context, ref string, auth sandbox.RegistryAuth) error {
+	// Callers with different credentials never share a pull: one of them
+	// could be refused what the other may see.
+	key := ref + "\x00" + auth.Username + "\x00" + auth.Password
+	p.mu.Lock()
+	op := p.inflight[key]
+	if op == nil {
+		pctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		op = &pullOp{done: make(chan struct{}), cancel: cancel}
+		p.inflight[key] = op
+		go func() {
+			start := time.Now()
+			err := p.eng.pull(pctx, ref, auth.Username, auth.Password, nil)
+			if errors.Is(pctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("no answer within %v (runtime.docker.pull_timeout): %w", p.timeout, err)
+			}
+			cancel()
+			if err != nil {
+				p.log.Warn("image pull failed", "image", ref, "duration", time.Since(start), "err", err)
+			} else {
+				p.log.Info("image pulled", "image", ref, "duration", time.Since(start))
+			}
+			p.mu.Lock()
+			op.err = err
+			delete(p.inflight, key)
+			p.mu.Unlock()
+			close(op.done)
+		}()
+	}
+	op.waiters++
+	p.mu.Unlock()
 	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return &failure{"IMAGE_PULL_FAILED", fmt.Sprintf("pull %s: %v", ref, res.Err)}
-		}
-		return nil
+	case <-op.done:
+		return op.err
 	case <-ctx.Done():
+		p.mu.Lock()
+		op.waiters--
+		if op.waiters == 0 {
+			op.cancel() // nobody wants this image any more
+		}
+		p.mu.Unlock()
 		return ctx.Err()
 	}
 }
 
-// checkVolumes refuses, before anything is made, a named volume that
-// does not exist and may not be created.
+// checkVolumes refuses, before anything is made, named volumes the
+// sandbox may not use: one that does not exist and may not be created,
+// and one that exists but belongs neither to this server's scope nor to
+// the configured allowlist.
 func (r *Runtime) checkVolumes(ctx context.Context, vols []sandbox.Volume) error {
 	for _, v := range vols {
-		if v.Claim == nil || v.Claim.CreateIfNotExists {
+		if v.Claim == nil {
 			continue
 		}
-		_, ok, err := r.eng.volumeExists(ctx, v.Claim.Name)
+		labels, ok, err := r.eng.volumeExists(ctx, v.Claim.Name)
 		if err != nil {
 			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
-		if !ok {
+		switch {
+		case !ok && !v.Claim.CreateIfNotExists:
 			return sandbox.Coded(sandbox.ErrNotFound, "VOLUME::PVC_NOT_FOUND",
 				fmt.Sprintf("volume %s: named volume %s does not exist and createIfNotExists is false", v.Name, v.Claim.Name))
+		case ok && labels[labelScope] != r.cfg.LabelScope && !r.volumeAllowed(v.Claim.Name):
+			return sandbox.Coded(sandbox.ErrInvalid, "VOLUME::NOT_ALLOWED",
+				fmt.Sprintf("volume %s: named volume %s exists but was not made by this server; allow it with runtime.docker.named_volume_allowlist", v.Name, v.Claim.Name))
 		}
 	}
 	return nil
+}
+
+func (r *Runtime) volumeAllowed(name string) bool {
+	return slices.ContainsFunc(r.cfg.NamedVolumeAllowlist, func(prefix string) bool { return strings.HasPrefix(name, prefix) })
 }
 
 // ensureVolumes creates the named volumes a sandbox asks for, recording
@@ -228,7 +337,12 @@ func (r *Runtime) ensureVolumes(ctx context.Context, id sandbox.ID, vols []sandb
 			return &failure{"VOLUME_FAILED", fmt.Sprintf("create volume %s: %v", v.Claim.Name, err)}
 		}
 		if v.Claim.DeleteOnTermination {
-			r.st.updateRecord(id, func(rec *record) { rec.OwnedVolumes = append(rec.OwnedVolumes, v.Claim.Name) })
+			name := v.Claim.Name
+			if err := r.updateRecord(id, func(*entry) (func(*record), error) {
+				return func(rec *record) { rec.OwnedVolumes = append(rec.OwnedVolumes, name) }, nil
+			}); err != nil {
+				return &failure{"VOLUME_FAILED", err.Error()}
+			}
 		}
 	}
 	return nil
@@ -267,12 +381,15 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return &failure{"EXECD_NOT_READY", fmt.Sprintf("execd did not answer within %v (%v); see the sandbox's logs", r.cfg.StartTimeout, last)}
+			return &failure{"EXECD_NOT_READY", fmt.Sprintf("execd did not answer within %v (%v)", r.cfg.StartTimeout, last)}
 		}
 		if n%20 == 19 {
 			// Now and then, check that the container still runs.
 			if info, err := r.eng.inspect(ctx, containerID); err == nil && info.State != "running" && info.State != "paused" {
 				msg := fmt.Sprintf("the container stopped (%s, exit code %d) before execd answered", info.State, info.ExitCode)
+				if info.OOMKilled {
+					msg = "the container ran out of memory before execd answered"
+				}
 				if info.Error != "" {
 					msg += ": " + info.Error
 				}

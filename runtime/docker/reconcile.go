@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/events"
@@ -15,9 +15,12 @@ import (
 
 // rebuild fills the index at start from the store and the engine: one
 // list call for every container of this scope. Sandboxes come back in the
-// state their containers are in; creates a restart interrupted are
-// resumed; deletes it interrupted are finished.
+// state their containers are in; creates and deletes a restart
+// interrupted are finished; containers of deleted sandboxes are removed.
 func (r *Runtime) rebuild(ctx context.Context) error {
+	if err := r.recoverSnapshots(ctx); err != nil {
+		return fmt.Errorf("recover snapshots: %w", err)
+	}
 	recs, err := r.st.records()
 	if err != nil {
 		return fmt.Errorf("read state: %w", err)
@@ -26,32 +29,64 @@ func (r *Runtime) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
+	tombs, err := r.st.tombstones()
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
 	seen := map[sandbox.ID]bool{}
-	for _, c := range containers {
+	for i := range containers {
+		c := &containers[i]
 		id := sandbox.ID(c.Labels[labelID])
 		if id == "" {
 			continue
 		}
 		seen[id] = true
-		rec := recs[id]
-		if rec == nil {
-			// The store does not know it (lost or replaced): the labels
-			// carry what is needed to adopt it.
-			rec = recordFromLabels(c.Labels)
-			if err := r.st.putRecord(rec); err != nil {
-				return fmt.Errorf("adopt sandbox %s: %w", id, err)
-			}
-			r.log.Warn("adopted a sandbox the store did not know", "sandbox", id)
+		if err := r.restoreContainer(ctx, recs[id], tombs[id], c); err != nil {
+			r.log.Error("restore sandbox", "sandbox", id, "err", err)
 		}
-		r.restore(ctx, rec, &c)
 	}
 	for id, rec := range recs {
 		if !seen[id] {
 			r.restore(ctx, rec, nil)
 		}
 	}
-	r.sweepTokens()
 	return nil
+}
+
+// restoreContainer brings back the sandbox of a container found on the
+// engine: removed if the sandbox was deleted, adopted from the labels if
+// the store does not know it.
+func (r *Runtime) restoreContainer(ctx context.Context, rec *record, buried bool, c *containerInfo) error {
+	id := sandbox.ID(c.Labels[labelID])
+	if buried {
+		r.log.Warn("removing the container of a deleted sandbox", "sandbox", id)
+		return r.eng.remove(ctx, c.ID)
+	}
+	if rec == nil {
+		// The store does not know it (lost, or replaced): the labels and
+		// the container's environment carry what is needed to adopt it.
+		info, err := r.eng.inspect(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		rec = recordFromLabels(c.Labels)
+		rec.Token = tokenFromEnv(info.Env)
+		if err := r.st.putRecord(rec); err != nil {
+			return fmt.Errorf("adopt: %w", err)
+		}
+		r.log.Warn("adopted a sandbox the store did not know", "sandbox", id)
+	}
+	r.restore(ctx, rec, c)
+	return nil
+}
+
+func tokenFromEnv(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, envExecdToken+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // restore puts one sandbox back into the index, given its record and its
@@ -65,84 +100,95 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		}
 		return
 	case rec.Failure != nil:
-		e := newEntry(recordSandbox(rec), r.readToken(id))
+		e := newEntry(recordSandbox(rec), rec.Token)
 		e.sb.Status = *rec.Failure
+		if c != nil {
+			e.ports = c.Ports
+		}
 		e.markPortsKnown()
 		r.mu.Lock()
 		r.byID[id] = e
 		r.mu.Unlock()
-		if c != nil {
-			// A failed create's container that a restart kept.
-			r.eng.remove(ctx, c.ID)
-		}
 		return
 	case c == nil && rec.Spec == nil:
 		// It ran, and its container is gone: removed behind the server's
 		// back. The sandbox is gone with it.
-		r.log.Warn("sandbox's container disappeared; forgetting it", "sandbox", id)
-		r.st.deleteSandbox(id)
-		os.Remove(r.tokenFile(id))
+		r.forget(id, "its container disappeared")
 		return
 	}
-	token := r.readToken(id)
-	if token == "" {
-		token = newToken()
-		if err := os.WriteFile(r.tokenFile(id), []byte(token), 0o400); err != nil {
-			r.log.Error("rewrite lost token", "sandbox", id, "err", err)
+	e := newEntry(recordSandbox(rec), rec.Token)
+	if e.token == "" && c != nil {
+		// A record from before tokens were stored: read it back from the
+		// container.
+		if info, err := r.eng.inspect(ctx, c.ID); err == nil {
+			e.token = tokenFromEnv(info.Env)
 		}
 	}
-	e := newEntry(recordSandbox(rec), token)
-	r.mu.Lock()
-	r.byID[id] = e
-	r.mu.Unlock()
-	if rec.Spec != nil {
-		// Unfinished create: resume it, unless it needed credentials,
-		// which were never stored.
-		if rec.NeededAuth && c == nil {
-			r.failRestored(e, "CREATE_INTERRUPTED", "the server restarted while pulling the image with credentials, which are not kept: create the sandbox again")
+	if rec.Spec != nil || (c != nil && (c.State == "created" || c.State == "restarting")) {
+		// An unfinished create, or a container that never started:
+		// provision it, unless it needed credentials, which were never
+		// stored.
+		if c == nil && rec.NeededAuth {
+			r.mu.Lock()
+			r.byID[id] = e
+			r.mu.Unlock()
+			r.fail(e, "CREATE_INTERRUPTED", "the server restarted while pulling the image with credentials, which are not kept: create the sandbox again")
 			return
 		}
+		spec := rec.Spec
+		if spec == nil {
+			spec = &sandbox.Spec{Image: rec.Image, SnapshotID: rec.SnapshotID, Entrypoint: rec.Entrypoint}
+		}
 		r.mu.Lock()
-		r.transitionLocked(e, sandbox.StatePending, "CREATING", "resumed after a restart")
+		r.byID[id] = e
+		r.transitionLocked(e, sandbox.StatePending, "CREATING", "resumed")
+		pctx := r.prepareProvisionLocked(e)
 		r.mu.Unlock()
-		r.startProvision(e, *rec.Spec)
+		r.runProvision(pctx, e, *spec)
 		return
 	}
 	r.mu.Lock()
 	e.ports = c.Ports
-	r.applyContainerStateLocked(e, c.State, c.ExitCode)
+	r.applyContainerStateLocked(e, c.State, c.ExitCode, false)
+	r.byID[id] = e
 	r.mu.Unlock()
 	e.markPortsKnown()
 }
 
-func (r *Runtime) failRestored(e *entry, reason, msg string) {
-	status := sandbox.Status{State: sandbox.StateFailed, Reason: reason, Message: msg, Since: time.Now().UTC()}
-	r.st.updateRecord(e.sb.ID, func(rec *record) { rec.Failure, rec.Spec = &status, nil })
+// forget drops a sandbox that no longer exists from the store and the
+// index.
+func (r *Runtime) forget(id sandbox.ID, why string) {
+	r.log.Warn("forgetting sandbox", "sandbox", id, "why", why)
+	if err := r.st.bury(id); err != nil {
+		r.log.Error("forget sandbox", "sandbox", id, "err", err)
+	}
 	r.mu.Lock()
-	r.transitionLocked(e, sandbox.StateFailed, reason, msg)
+	delete(r.byID, id)
 	r.mu.Unlock()
-	e.markPortsKnown()
 }
 
 // applyContainerStateLocked sets a provisioned sandbox's state from its
 // container's. r.mu must be held.
-func (r *Runtime) applyContainerStateLocked(e *entry, state string, exitCode int) {
+func (r *Runtime) applyContainerStateLocked(e *entry, state string, exitCode int, oom bool) {
 	switch state {
 	case "running":
 		r.transitionLocked(e, sandbox.StateRunning, "CONTAINER_RUNNING", "")
 	case "paused":
 		r.transitionLocked(e, sandbox.StatePaused, "CONTAINER_PAUSED", "")
 	case "exited", "dead":
-		if exitCode == 0 {
+		switch {
+		case oom:
+			r.transitionLocked(e, sandbox.StateFailed, "OOM_KILLED", "the sandbox ran out of memory and its container was killed")
+		case exitCode == 0:
 			r.transitionLocked(e, sandbox.StateTerminated, "CONTAINER_EXITED", "the sandbox's container stopped")
-		} else {
+		default:
 			r.transitionLocked(e, sandbox.StateFailed, "CONTAINER_EXITED_ERROR",
 				fmt.Sprintf("the sandbox's container stopped with exit code %d", exitCode))
 		}
 	case "created", "restarting", "removing":
 		r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", "")
 	default:
-		r.transitionLocked(e, sandbox.StateUnknown, "CONTAINER_"+state, "")
+		r.transitionLocked(e, sandbox.StateUnknown, "CONTAINER_"+strings.ToUpper(state), "")
 	}
 }
 
@@ -156,23 +202,10 @@ func recordFromLabels(l map[string]string) *record {
 	if t, err := time.Parse(time.RFC3339Nano, l[labelExpires]); err == nil {
 		rec.ExpiresAt = &t
 	}
+	if os, arch, ok := strings.Cut(l[labelPlatform], "/"); ok {
+		rec.Platform = &sandbox.Platform{OS: os, Arch: arch}
+	}
 	return rec
-}
-
-// sweepTokens removes token files of sandboxes the runtime no longer
-// has.
-func (r *Runtime) sweepTokens() {
-	entries, err := os.ReadDir(r.tokens)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, f := range entries {
-		if _, ok := r.byID[sandbox.ID(f.Name())]; !ok {
-			os.Remove(r.tokenFile(sandbox.ID(f.Name())))
-		}
-	}
 }
 
 // watchEvents keeps the index current from the engine's event stream,
@@ -219,34 +252,44 @@ func (r *Runtime) handleEvent(m events.Message) {
 	}
 	action := string(m.Action)
 	r.event(id, sandbox.Event{Time: time.Unix(0, m.TimeNano).UTC(), Source: sandbox.SourceRuntime, Type: action, Message: eventMessage(m)})
+	var failed *sandbox.Status
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	e, ok := r.byID[id]
-	if !ok || e.deleting {
-		return
+	if ok && !e.deleting {
+		st := e.sb.Status.State
+		provisioned := st != sandbox.StatePending && st != sandbox.StateFailed
+		switch action {
+		case "oom":
+			e.oomed = true
+		case "pause":
+			if provisioned {
+				r.transitionLocked(e, sandbox.StatePaused, "CONTAINER_PAUSED", "")
+			}
+		case "unpause":
+			if provisioned {
+				r.transitionLocked(e, sandbox.StateRunning, "CONTAINER_RUNNING", "")
+			}
+		case "die":
+			if provisioned {
+				code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
+				r.applyContainerStateLocked(e, "exited", code, e.oomed)
+				s := e.sb.Status
+				failed = &s
+			}
+		case "destroy":
+			if provisioned && st != sandbox.StateTerminated {
+				r.transitionLocked(e, sandbox.StateTerminated, "CONTAINER_REMOVED", "the sandbox's container was removed outside the server")
+			}
+		}
 	}
-	st := e.sb.Status.State
-	provisioned := st != sandbox.StatePending && st != sandbox.StateFailed
-	switch action {
-	case "pause":
-		if provisioned {
-			r.transitionLocked(e, sandbox.StatePaused, "CONTAINER_PAUSED", "")
+	r.mu.Unlock()
+	if failed != nil {
+		// Written outside the index's lock: a store write waits for the disk.
+		r.recMu.Lock()
+		if err := r.st.updateRecord(id, func(rec *record) { rec.Failure = failed }); err != nil {
+			r.log.Warn("record stopped sandbox", "sandbox", id, "err", err)
 		}
-	case "unpause":
-		if provisioned {
-			r.transitionLocked(e, sandbox.StateRunning, "CONTAINER_RUNNING", "")
-		}
-	case "die":
-		if provisioned {
-			code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
-			r.applyContainerStateLocked(e, "exited", code)
-			r.st.updateRecord(id, func(rec *record) { s := e.sb.Status; rec.Failure = &s })
-		}
-	case "destroy":
-		if provisioned && st != sandbox.StateTerminated {
-			e.sb.Status = sandbox.Status{State: sandbox.StateTerminated, Reason: "CONTAINER_REMOVED",
-				Message: "the sandbox's container was removed outside the server", Since: time.Now().UTC()}
-		}
+		r.recMu.Unlock()
 	}
 }
 
@@ -263,11 +306,21 @@ func eventMessage(m events.Message) string {
 
 // Reconcile brings the index in line with the engine: containers removed
 // behind the server's back take their sandboxes with them, containers of
-// this scope that the index lacks are adopted, container states are
-// re-read, failed sandboxes lose leftover containers, and deletes that
-// stopped half-way are finished. The lifecycle manager runs it
-// periodically; the event loop runs it after missing events.
+// deleted sandboxes are removed, containers the index lacks are adopted,
+// container states are re-read, and deletes that stopped half-way are
+// finished. The lifecycle manager runs it periodically; the event loop
+// runs it after missing events. It judges only entries that did not
+// change while it looked at the engine, and never two at a time.
 func (r *Runtime) Reconcile(ctx context.Context) error {
+	r.reconcileMu.Lock()
+	defer r.reconcileMu.Unlock()
+	r.mu.Lock()
+	gens := make(map[sandbox.ID]uint64, len(r.byID))
+	for id, e := range r.byID {
+		gens[id] = e.gen
+	}
+	r.mu.Unlock()
+
 	containers, err := r.eng.list(ctx, r.scopeLabel())
 	if err != nil {
 		return err
@@ -282,79 +335,64 @@ func (r *Runtime) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	type todo struct {
-		rec *record
-		c   *containerInfo
+	tombs, err := r.st.tombstones()
+	if err != nil {
+		return err
 	}
-	var adopt, forget []todo
-	var removeContainers []string
+
+	var forget []sandbox.ID
+	var adopt []*containerInfo
 	r.mu.Lock()
 	for id, e := range r.byID {
-		if e.deleting || e.cancel != nil && !isDone(e.done) {
-			continue // being deleted or provisioned: not ours to judge now
+		gen, known := gens[id]
+		if !known || gen != e.gen || e.deleting || e.provisioning() {
+			continue // changed or busy since the engine was read: judge it next time
 		}
 		c := byID[id]
 		switch {
 		case e.sb.Status.State == sandbox.StateFailed:
-			if c != nil {
-				removeContainers = append(removeContainers, c.ID)
-			}
 		case c == nil:
-			forget = append(forget, todo{rec: recs[id]})
+			forget = append(forget, id)
 		default:
 			e.ports = c.Ports
-			r.applyContainerStateLocked(e, c.State, c.ExitCode)
+			r.applyContainerStateLocked(e, c.State, c.ExitCode, e.oomed)
 		}
 	}
 	for id, c := range byID {
 		if _, ok := r.byID[id]; !ok {
-			rec := recs[id]
-			if rec == nil {
-				rec = recordFromLabels(c.Labels)
+			if _, listed := gens[id]; !listed {
+				adopt = append(adopt, c)
 			}
-			adopt = append(adopt, todo{rec, c})
 		}
 	}
 	r.mu.Unlock()
-	for _, cid := range removeContainers {
-		r.eng.remove(ctx, cid)
+
+	for _, id := range forget {
+		r.forget(id, "its container disappeared")
 	}
-	for _, f := range forget {
-		if f.rec == nil {
+	for _, c := range adopt {
+		id := sandbox.ID(c.Labels[labelID])
+		if buried, _ := r.st.deleted(id); buried || tombs[id] {
+			if err := r.eng.remove(ctx, c.ID); err != nil {
+				r.log.Warn("remove the container of a deleted sandbox", "sandbox", id, "err", err)
+			}
 			continue
 		}
-		r.log.Warn("sandbox's container disappeared; forgetting it", "sandbox", f.rec.ID)
-		r.st.deleteSandbox(f.rec.ID)
-		os.Remove(r.tokenFile(f.rec.ID))
-		r.mu.Lock()
-		delete(r.byID, f.rec.ID)
-		r.mu.Unlock()
-	}
-	for _, a := range adopt {
-		if a.rec.Deleting {
-			r.finishDelete(ctx, a.rec.ID)
-			continue
+		if err := r.restoreContainer(ctx, recs[id], false, c); err != nil {
+			r.log.Warn("adopt container", "sandbox", id, "err", err)
 		}
-		r.st.putRecord(a.rec)
-		r.restore(ctx, a.rec, a.c)
 	}
 	for id, rec := range recs {
 		if rec.Deleting && byID[id] == nil {
-			r.finishDelete(ctx, id)
+			r.mu.Lock()
+			_, indexed := r.byID[id]
+			r.mu.Unlock()
+			if !indexed {
+				if err := r.finishDelete(ctx, id); err != nil {
+					r.log.Warn("finish interrupted delete", "sandbox", id, "err", err)
+				}
+			}
 		}
 	}
-	r.sweepTokens()
 	return nil
-}
-
-func isDone(ch chan struct{}) bool {
-	if ch == nil {
-		return true
-	}
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

@@ -12,6 +12,37 @@ import (
 // snapshotRepo is the repository of snapshot images.
 const snapshotRepo = "opensandbox-snapshot"
 
+func snapshotRef(snap sandbox.SnapshotID) string { return snapshotRepo + ":" + string(snap) }
+
+// recoverSnapshots settles snapshots a restart caught being made: Ready
+// if the commit finished (its image exists), else Failed.
+func (r *Runtime) recoverSnapshots(ctx context.Context) error {
+	recs, err := r.st.snapshots()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.State != sandbox.SnapshotCreating {
+			continue
+		}
+		ref := snapshotRef(rec.ID)
+		ok, err := r.eng.imageExists(ctx, ref)
+		if err != nil {
+			return err
+		}
+		rec.Since = time.Now().UTC()
+		if ok {
+			rec.State, rec.Reason, rec.Image = sandbox.SnapshotReady, "snapshot_ready", ref
+		} else {
+			rec.State, rec.Reason, rec.Message = sandbox.SnapshotFailed, "snapshot_recovery_failed", "the server restarted while the snapshot was being taken"
+		}
+		if err := r.st.putSnapshot(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateSnapshot commits a Running sandbox's container to an image in
 // the background (the container is paused for the moment of the commit,
 // then keeps running). The snapshot is Creating until the image exists.
@@ -35,8 +66,8 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, id sandbox.ID, snap sandbo
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		ref := snapshotRepo + ":" + string(snap)
-		_, err := r.eng.commit(r.ctx, containerName(id), ref, map[string]string{
+		ref := snapshotRef(snap)
+		err := r.eng.commit(r.ctx, containerName(id), ref, map[string]string{
 			labelScope: r.cfg.LabelScope, labelSnapshotOf: string(id),
 		})
 		done := *rec
@@ -47,11 +78,6 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, id sandbox.ID, snap sandbo
 		} else {
 			done.State, done.Reason, done.Image = sandbox.SnapshotReady, "snapshot_ready", ref
 			r.log.Info("snapshot ready", "snapshot", snap, "sandbox", id, "image", ref)
-		}
-		if current, _ := r.st.snapshot(snap); current == nil {
-			// Deleted while it was being made: take the image away too.
-			r.eng.removeImage(context.WithoutCancel(r.ctx), ref)
-			return
 		}
 		if err := r.st.putSnapshot(&done); err != nil {
 			r.log.Error("record snapshot", "snapshot", snap, "err", err)
@@ -165,17 +191,23 @@ func (r *Runtime) Inspect(ctx context.Context, id sandbox.ID) (string, error) {
 }
 
 // RemoveScope removes every container, snapshot image and named volume
-// of this runtime's label scope, and forgets them: for tests, and for an
-// operator retiring a scope.
+// of this runtime's label scope, after stopping the provisioning under
+// way; the index and the store keep their records. For tests, and for
+// an operator retiring a scope before removing the data directory.
 func (r *Runtime) RemoveScope(ctx context.Context) error {
 	var errs []error
 	r.mu.Lock()
+	var waits []chan struct{}
 	for _, e := range r.byID {
 		if e.cancel != nil {
 			e.cancel()
+			waits = append(waits, e.done)
 		}
 	}
 	r.mu.Unlock()
+	for _, w := range waits {
+		<-w
+	}
 	containers, err := r.eng.list(ctx, r.scopeLabel())
 	errs = append(errs, err)
 	for _, c := range containers {

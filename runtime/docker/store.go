@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -24,7 +25,13 @@ var (
 	bucketSandboxes = []byte("sandboxes")
 	bucketSnapshots = []byte("snapshots")
 	bucketEvents    = []byte("events")
+	// bucketDeleted holds tombstones: ids of deleted sandboxes, so that a
+	// container that outlived its sandbox is removed, never adopted.
+	bucketDeleted = []byte("deleted")
 )
+
+// tombstoneTTL is how long a deleted sandbox's id is remembered.
+const tombstoneTTL = 24 * time.Hour
 
 // maxEvents bounds the events kept per sandbox; the oldest go first.
 const maxEvents = 200
@@ -54,6 +61,9 @@ type record struct {
 	OwnedVolumes []string `json:"ownedVolumes,omitempty"`
 	// Deleting marks a delete in progress, which a restart finishes.
 	Deleting bool `json:"deleting,omitempty"`
+	// Token is the sandbox's execd token. The store file is readable by
+	// the server's user only.
+	Token string `json:"token,omitempty"`
 }
 
 // snapshotRecord is a snapshot and the image holding it.
@@ -71,7 +81,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketEvents} {
+		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketEvents, bucketDeleted} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -116,14 +126,66 @@ func (s *store) updateRecord(id sandbox.ID, fn func(*record)) error {
 	})
 }
 
-// deleteSandbox removes a sandbox's record and events.
-func (s *store) deleteSandbox(id sandbox.ID) error {
+// bury removes a sandbox's record and events and leaves its tombstone.
+func (s *store) bury(id sandbox.ID) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketSandboxes).Delete([]byte(id)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketEvents).Delete([]byte(id))
+		if err := tx.Bucket(bucketEvents).Delete([]byte(id)); err != nil {
+			return err
+		}
+		stamp, _ := time.Now().UTC().MarshalText()
+		return tx.Bucket(bucketDeleted).Put([]byte(id), stamp)
 	})
+}
+
+// deleted reports whether id has a tombstone.
+func (s *store) deleted(id sandbox.ID) (bool, error) {
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketDeleted).Get([]byte(id)) != nil
+		return nil
+	})
+	return found, err
+}
+
+// tombstones returns the ids of deleted sandboxes, dropping those older
+// than tombstoneTTL.
+func (s *store) tombstones() (map[sandbox.ID]bool, error) {
+	out := map[sandbox.ID]bool{}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDeleted)
+		var old [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var t time.Time
+			if t.UnmarshalText(v) == nil && time.Since(t) > tombstoneTTL {
+				old = append(old, append([]byte(nil), k...))
+				return nil
+			}
+			out[sandbox.ID(k)] = true
+			return nil
+		})
+		for _, k := range old {
+			b.Delete(k)
+		}
+		return err
+	})
+	return out, err
+}
+
+// record returns the stored record of id, or nil.
+func (s *store) record(id sandbox.ID) (*record, error) {
+	var r *record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketSandboxes).Get([]byte(id))
+		if raw == nil {
+			return nil
+		}
+		r = &record{}
+		return json.Unmarshal(raw, r)
+	})
+	return r, err
 }
 
 func (s *store) records() (map[sandbox.ID]*record, error) {
@@ -182,56 +244,77 @@ type eventItem struct {
 }
 
 // eventLog writes events in the order they happen, off the paths that
-// report them, batching what accumulates into one transaction.
+// report them (which may hold the index's lock, so adding never blocks),
+// batching what accumulates into one transaction.
 type eventLog struct {
-	st   *store
-	ch   chan eventItem
-	done chan struct{}
+	st    *store
+	mu    sync.Mutex
+	queue []eventItem
+	wake  chan struct{} // capacity 1: a pending wake-up
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func newEventLog(st *store, onError func(error)) *eventLog {
-	l := &eventLog{st: st, ch: make(chan eventItem, 1024), done: make(chan struct{})}
+	l := &eventLog{st: st, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
-		for first := range l.ch {
-			batch := []eventItem{first}
-		more:
-			for len(batch) < 512 {
-				select {
-				case it, ok := <-l.ch:
-					if !ok {
-						break more
-					}
-					batch = append(batch, it)
-				default:
-					break more
-				}
+		for {
+			select {
+			case <-l.wake:
+			case <-l.stop:
+				l.writeQueued(onError)
+				return
 			}
-			if err := l.st.appendEvents(batch); err != nil {
-				onError(err)
-			}
-			for _, it := range batch {
-				if it.flushed != nil {
-					close(it.flushed)
-				}
-			}
+			l.writeQueued(onError)
 		}
 	}()
 	return l
 }
 
-func (l *eventLog) add(id sandbox.ID, ev sandbox.Event) { l.ch <- eventItem{id: id, ev: ev} }
+func (l *eventLog) writeQueued(onError func(error)) {
+	l.mu.Lock()
+	batch := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	if err := l.st.appendEvents(batch); err != nil {
+		onError(err)
+	}
+	for _, it := range batch {
+		if it.flushed != nil {
+			close(it.flushed)
+		}
+	}
+}
+
+func (l *eventLog) push(it eventItem) {
+	l.mu.Lock()
+	l.queue = append(l.queue, it)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *eventLog) add(id sandbox.ID, ev sandbox.Event) { l.push(eventItem{id: id, ev: ev}) }
 
 // flush returns once every event added before it is written.
 func (l *eventLog) flush() {
 	ch := make(chan struct{})
-	l.ch <- eventItem{flushed: ch}
-	<-ch
+	l.push(eventItem{flushed: ch})
+	select {
+	case <-ch:
+	case <-l.done:
+	}
 }
 
 // close writes what is queued and stops.
 func (l *eventLog) close() {
-	close(l.ch)
+	close(l.stop)
 	<-l.done
 }
 
