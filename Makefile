@@ -28,14 +28,14 @@ demo: build images ## start the server, create a sandbox, run python in it, clea
 
 test: build images ## the whole suite: unit, real processes, containers (race detector on)
 	@./scripts/test-deps.sh
-	OSB_REQUIRE_ALL=1 $(GO) test -race -timeout 30m ./...
+	OSB_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 test-unit: ## tests that need neither Docker nor images
 	$(GO) test -race ./api/... ./internal/... ./execd/... ./sandbox/... ./lifecycle/... ./runtime/fake/...
 
 test-e2e: build images ## only the end-to-end tests against real containers
 	@./scripts/test-deps.sh
-	OSB_REQUIRE_ALL=1 $(GO) test -timeout 20m ./e2e/...
+	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m ./e2e/...
 
 bench: build images ## performance harnesses against the Docker engine alone (BENCH=quick for a short run)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
