@@ -118,11 +118,17 @@ func tail(s string, lines int) string {
 }
 
 // removeScope removes every container, snapshot image and volume of a
-// test server's scope.
+// test server's scope. The engine finishes a create whose client was
+// killed, so containers are swept twice, a moment apart.
 func removeScope(scope string) {
 	label := "label=opensandbox.scope=" + scope
-	if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", label).Output(); len(bytes.TrimSpace(ids)) > 0 {
-		exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", label).Output(); len(bytes.TrimSpace(ids)) > 0 {
+			exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+		}
 	}
 	if ids, _ := exec.Command("docker", "images", "-q", "--filter", label).Output(); len(bytes.TrimSpace(ids)) > 0 {
 		exec.Command("docker", append([]string{"rmi", "-f"}, strings.Fields(string(ids))...)...).Run()
