@@ -1,0 +1,19 @@
+//go:build !unix
+
+package archive
+
+import "io/fs"
+
+const openFlags = 0
+
+type sysStat struct {
+	dev, ino     uint64
+	nlink        uint64
+	uid, gid     uint32
+	hasDev       bool
+	major, minor int64
+}
+
+// statOf knows nothing of inodes here: owners are not recorded and hard
+// links are packed as separate files.
+func statOf(fs.FileInfo) (sysStat, bool) { return sysStat{}, false }
