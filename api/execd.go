@@ -12,6 +12,10 @@ const (
 	// HeaderTailCursor carries the next byte offset of a background
 	// command's log.
 	HeaderTailCursor = "EXECD-COMMANDS-TAIL-CURSOR"
+	// HeaderArchiveContentLength carries, on GET /files/archive with
+	// measure=true, the content bytes of the regular files about to be
+	// streamed: a hint for progress reports. Not in the reference daemon.
+	HeaderArchiveContentLength = "X-Archive-Content-Length"
 )
 
 // Error codes in execd's {code,message} error body.
@@ -189,4 +193,14 @@ type Metrics struct {
 	MemUsedMiB  float64 `json:"mem_used_mib"`
 	// Timestamp is in Unix milliseconds.
 	Timestamp int64 `json:"timestamp"`
+}
+
+// ArchiveStats answers POST /files/archive: what the extracted stream
+// held. Not in the reference daemon.
+type ArchiveStats struct {
+	Files   int   `json:"files"`   // regular files written
+	Dirs    int   `json:"dirs"`    // directories created or found
+	Links   int   `json:"links"`   // symbolic and hard links written
+	Skipped int   `json:"skipped"` // entries left out: FIFOs and devices
+	Bytes   int64 `json:"bytes"`   // content bytes of the regular files
 }

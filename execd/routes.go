@@ -29,6 +29,8 @@ func (s *Server) routes() {
 	s.mux.Handle("POST /files/replace", s.handle(s.replaceInFiles))
 	s.mux.Handle("POST /files/upload", s.handle(s.upload))
 	s.mux.Handle("GET /files/download", s.handle(s.download))
+	s.mux.Handle("GET /files/archive", s.handle(s.downloadArchive))
+	s.mux.Handle("POST /files/archive", s.handle(s.uploadArchive))
 	s.mux.Handle("GET /directories/list", s.handle(s.listDirectory))
 	s.mux.Handle("POST /directories", s.handle(s.makeDirectories))
 	s.mux.Handle("DELETE /directories", s.handle(s.removeDirectories))

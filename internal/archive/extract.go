@@ -24,6 +24,10 @@ var ErrUnsafeName = errors.New("unsafe entry name")
 // existing directory with something that is not one.
 var ErrReplaceDir = errors.New("would replace a directory")
 
+// ErrNotDir is wrapped by the error for an entry that needs a directory
+// where something else exists.
+var ErrNotDir = errors.New("exists and is not a directory")
+
 // ErrSparse is returned for a sparse file entry. Pack never writes one,
 // and a few bytes of sparse map can stand for terabytes of zeros.
 var ErrSparse = errors.New("sparse files are not supported")
@@ -114,6 +118,9 @@ func (x *extractor) run(tr *tar.Reader) error {
 			continue
 		}
 		if err := x.entry(tr, hdr, name); err != nil {
+			if isEscape(err) {
+				err = fmt.Errorf("%w: %w", ErrUnsafeName, err)
+			}
 			return fmt.Errorf("extract %s: %w", hdr.Name, err)
 		}
 	}
@@ -216,9 +223,9 @@ func (x *extractor) dir(hdr *tar.Header, name string) error {
 			x.stats.Dirs++
 			return nil
 		}
-		return fmt.Errorf("%s exists and is not a directory", name)
+		return fmt.Errorf("%s %w", name, ErrNotDir)
 	case err == nil:
-		return fmt.Errorf("%s exists and is not a directory", name)
+		return fmt.Errorf("%s %w", name, ErrNotDir)
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
@@ -244,7 +251,7 @@ func (x *extractor) parent(name string) error {
 	}
 	if fi, err := x.root.Stat(dir); err == nil {
 		if !fi.IsDir() {
-			return fmt.Errorf("%s is not a directory", dir)
+			return fmt.Errorf("%s %w", dir, ErrNotDir)
 		}
 		return nil
 	}
@@ -387,4 +394,11 @@ func tempName(name string) string {
 	var b [8]byte
 	rand.Read(b[:])
 	return path.Join(path.Dir(name), TempPrefix+hex.EncodeToString(b[:]))
+}
+
+// isEscape reports whether err is os.Root refusing a name that leads
+// outside the root, through ".." or a symbolic link. The os package does
+// not export that error, so its text is matched.
+func isEscape(err error) bool {
+	return strings.Contains(err.Error(), "path escapes from parent")
 }

@@ -1,0 +1,197 @@
+package execd
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/opensandbox/opensandbox/api"
+)
+
+func writeTree(t *testing.T, root string, files map[string][]byte) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readTar returns the regular files of a tar stream by name.
+func readTar(t *testing.T, r io.Reader) map[string][]byte {
+	t.Helper()
+	out := make(map[string][]byte)
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[hdr.Name] = b
+		} else {
+			out[hdr.Name] = nil
+		}
+	}
+}
+
+func TestArchiveRoundTrip(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	src := filepath.Join(t.TempDir(), "tree")
+	big := make([]byte, 5<<20+3)
+	rand.Read(big)
+	files := map[string][]byte{"a.txt": []byte("alpha"), "sub/b.txt": []byte("beta"), "sub/deep/big": big}
+	writeTree(t, src, files)
+	os.Symlink("a.txt", filepath.Join(src, "link"))
+
+	resp, err := c.hc.Do(c.request(http.MethodGet, "/files/archive?measure=true&path="+url.QueryEscape(src), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-tar" {
+		t.Fatalf("status %d, type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if got := resp.Header.Get(api.HeaderArchiveContentLength); got != strconv.Itoa(5+4+len(big)) {
+		t.Errorf("content length hint %q", got)
+	}
+	var stream bytes.Buffer
+	got := readTar(t, io.TeeReader(resp.Body, &stream))
+	for name, want := range files {
+		if !bytes.Equal(got["tree/"+name], want) {
+			t.Errorf("tree/%s: %d bytes, want %d", name, len(got["tree/"+name]), len(want))
+		}
+	}
+	for _, name := range []string{"tree/", "tree/sub/", "tree/link"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no entry %s in %v", name, keys(got))
+		}
+	}
+
+	// Upload the same stream elsewhere and compare.
+	dst := t.TempDir()
+	var stats api.ArchiveStats
+	c.call(http.MethodPost, "/files/archive?path="+url.QueryEscape(dst), bytes.NewReader(stream.Bytes()), 200, &stats)
+	if stats.Files != 3 || stats.Links != 1 || stats.Dirs != 3 || stats.Bytes != int64(9+len(big)) {
+		t.Errorf("stats %+v", stats)
+	}
+	for name, want := range files {
+		b, err := os.ReadFile(filepath.Join(dst, "tree", name))
+		if err != nil || !bytes.Equal(b, want) {
+			t.Errorf("%s: %d bytes, %v", name, len(b), err)
+		}
+	}
+	if target, _ := os.Readlink(filepath.Join(dst, "tree", "link")); target != "a.txt" {
+		t.Errorf("link to %q", target)
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestArchiveSingleFileAndRoot(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string][]byte{"one.txt": []byte("1")})
+	resp, data := c.do(c.request(http.MethodGet, "/files/archive?path="+url.QueryEscape(filepath.Join(dir, "one.txt")), nil))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, data)
+	}
+	if got := readTar(t, bytes.NewReader(data)); len(got) != 1 || string(got["one.txt"]) != "1" {
+		t.Errorf("archive of one file: %v", keys(got))
+	}
+	if !strings.Contains(resp.Header.Get("Content-Disposition"), `"one.txt.tar"`) {
+		t.Errorf("disposition %q", resp.Header.Get("Content-Disposition"))
+	}
+}
+
+func TestArchiveOwnership(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to own files as someone else")
+	}
+	_, c := newTestServer(t, nil)
+	dst := t.TempDir()
+	os.Chown(dst, 1000, 1001)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1, Uid: 42, Gid: 43})
+	tw.Write([]byte("x"))
+	tw.Close()
+
+	owner := func(p string) (uint32, uint32) {
+		var st syscall.Stat_t
+		syscall.Stat(p, &st)
+		return st.Uid, st.Gid
+	}
+	c.call(http.MethodPost, "/files/archive?path="+url.QueryEscape(dst), bytes.NewReader(buf.Bytes()), 200, nil)
+	if u, g := owner(filepath.Join(dst, "f")); u != 1000 || g != 1001 {
+		t.Errorf("default owner %d:%d, want the directory's 1000:1001", u, g)
+	}
+	c.call(http.MethodPost, "/files/archive?preserveOwner=true&path="+url.QueryEscape(dst), bytes.NewReader(buf.Bytes()), 200, nil)
+	if u, g := owner(filepath.Join(dst, "f")); u != 42 || g != 43 {
+		t.Errorf("preserved owner %d:%d, want 42:43", u, g)
+	}
+}
+
+func TestArchiveBadInput(t *testing.T) {
+	_, c := newTestServer(t, func(cfg *Config) { cfg.MaxUploadBytes = 64 << 10 })
+	dir := t.TempDir()
+	writeTree(t, dir, map[string][]byte{"file": []byte("x")})
+	q := func(p string) string { return url.QueryEscape(filepath.Join(dir, p)) }
+
+	c.wantError(http.MethodGet, "/files/archive", nil, 400, api.CodeMissingQuery)
+	c.wantError(http.MethodGet, "/files/archive?path="+q("missing"), nil, 404, api.CodeFileNotFound)
+	c.wantError(http.MethodGet, "/files/archive?follow=maybe&path="+q("file"), nil, 400, api.CodeInvalidRequestBody)
+	c.wantError(http.MethodPost, "/files/archive?path="+q("missing"), "", 404, api.CodeFileNotFound)
+	c.wantError(http.MethodPost, "/files/archive?path="+q("file"), "", 400, api.CodeInvalidRequestBody)
+	c.wantError(http.MethodPost, "/files/archive?path="+q(""), "this is not a tar stream, not at all, no......."+strings.Repeat(".", 600), 400, api.CodeInvalidRequestBody)
+	c.wantError(http.MethodPost, "/files/archive?path="+q(""), bytes.NewReader(make([]byte, 128<<10)), 413, api.CodeRequestTooLarge)
+
+	var evil bytes.Buffer
+	tw := tar.NewWriter(&evil)
+	tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	e := c.wantError(http.MethodPost, "/files/archive?path="+q(""), bytes.NewReader(evil.Bytes()), 400, api.CodeInvalidRequestBody)
+	if !strings.Contains(e.Message, "unsafe") {
+		t.Errorf("message %q", e.Message)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "escape")); err == nil {
+		t.Error("an entry escaped the directory")
+	}
+
+	// A truncated stream is refused and the file it was replacing stays.
+	var short bytes.Buffer
+	tw = tar.NewWriter(&short)
+	tw.WriteHeader(&tar.Header{Name: "file", Typeflag: tar.TypeReg, Mode: 0o644, Size: 10000})
+	tw.Write([]byte("partial"))
+	c.wantError(http.MethodPost, "/files/archive?path="+q(""), bytes.NewReader(short.Bytes()), 400, api.CodeInvalidRequestBody)
+	if b, _ := os.ReadFile(filepath.Join(dir, "file")); string(b) != "x" {
+		t.Errorf("file = %q after a failed replace", b)
+	}
+}
