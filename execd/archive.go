@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/internal/archive"
+	"github.com/opensandbox/opensandbox/api/archive"
 )
 
 // downloadArchive answers GET /files/archive?path=: the file or tree at

@@ -1,4 +1,4 @@
-// Package archive writes and extracts the tar streams that copy trees in
+// Package archive is the codec of the tar streams that copy trees in
 // and out of a sandbox: execd's /files/archive routes on one side, the
 // SDK's Copy functions and `osb cp` on the other.
 //
