@@ -204,3 +204,20 @@ type ArchiveStats struct {
 	Skipped int   `json:"skipped"` // entries left out: FIFOs and devices
 	Bytes   int64 `json:"bytes"`   // content bytes of the regular files
 }
+
+// CodeContext is a stateful interpreter session of the /code routes.
+type CodeContext struct {
+	ID       string `json:"id,omitempty"`
+	Language string `json:"language"`
+	// Cwd is the context's working directory; sent on create, echoed by
+	// the reference daemon in the create answer only.
+	Cwd string `json:"cwd,omitempty"`
+}
+
+// RunCodeRequest is the body of POST /code. A context with a language
+// and an id runs in that context; with a language only, in the
+// language's default context.
+type RunCodeRequest struct {
+	Code    string       `json:"code"`
+	Context *CodeContext `json:"context,omitempty"`
+}

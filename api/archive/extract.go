@@ -53,6 +53,10 @@ type ExtractOptions struct {
 	// absolute) to the name it is written as; "" leaves the entry out.
 	// Hard link targets are mapped too. Nil keeps every name.
 	Rename func(name string) string
+
+	// Progress, when set, is called with the bytes of file content
+	// written so far, after each chunk.
+	Progress func(done int64)
 }
 
 // TempPrefix starts the name of a file Extract is writing. Such a name
@@ -284,7 +288,11 @@ func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, name string) error {
 		if err != nil {
 			return err
 		}
-		n, err := io.CopyBuffer(f, io.LimitReader(tr, hdr.Size), x.buf)
+		var dst io.Writer = f
+		if x.opts.Progress != nil {
+			dst = &progressWriter{w: f, base: x.stats.Bytes, report: x.opts.Progress}
+		}
+		n, err := io.CopyBuffer(dst, io.LimitReader(tr, hdr.Size), x.buf)
 		x.stats.Bytes += n
 		if err == nil && n < hdr.Size {
 			err = fmt.Errorf("read archive: %w", io.ErrUnexpectedEOF)

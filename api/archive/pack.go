@@ -43,6 +43,9 @@ type PackOptions struct {
 	// FollowTop packs what src points to when src is a symbolic link,
 	// instead of the link itself. Links inside the tree are never followed.
 	FollowTop bool
+	// Progress, when set, is called with the bytes of file content
+	// written so far, after each chunk.
+	Progress func(done int64)
 }
 
 // copyBufferSize is the size of the buffer file contents move through.
@@ -60,7 +63,7 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); ret
 // archive never holds a file different from what its header says.
 func Pack(ctx context.Context, w io.Writer, src, name string, opts PackOptions) (Stats, error) {
 	original := src
-	p := packer{ctx: ctx, tw: tar.NewWriter(w), links: make(map[fileID]string)}
+	p := packer{ctx: ctx, tw: tar.NewWriter(w), links: make(map[fileID]string), progress: opts.Progress}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	p.buf = *bp
@@ -138,6 +141,8 @@ type packer struct {
 	buf   []byte
 	links map[fileID]string // first entry name of each multiply linked file
 	stats Stats
+
+	progress func(int64)
 }
 
 // add writes the entry for the file at p, described by fi, as name, and
@@ -218,7 +223,11 @@ func (p *packer) copyFile(src string, hdr *tar.Header) error {
 		return err
 	}
 	defer f.Close()
-	n, err := io.CopyBuffer(p.tw, io.LimitReader(f, hdr.Size), p.buf)
+	var dst io.Writer = p.tw
+	if p.progress != nil {
+		dst = &progressWriter{w: p.tw, base: p.stats.Bytes, report: p.progress}
+	}
+	n, err := io.CopyBuffer(dst, io.LimitReader(f, hdr.Size), p.buf)
 	p.stats.Bytes += n
 	if err != nil {
 		return fmt.Errorf("pack %s: %w", src, err)
@@ -276,4 +285,19 @@ func header(src, name string, fi fs.FileInfo) (*tar.Header, error) {
 		return nil, nil
 	}
 	return hdr, nil
+}
+
+// progressWriter reports the running total of bytes written through it,
+// starting from base.
+type progressWriter struct {
+	w      io.Writer
+	base   int64
+	report func(int64)
+}
+
+func (pw *progressWriter) Write(b []byte) (int, error) {
+	n, err := pw.w.Write(b)
+	pw.base += int64(n)
+	pw.report(pw.base)
+	return n, err
 }

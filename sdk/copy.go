@@ -1,0 +1,279 @@
+package sdk
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/api/archive"
+)
+
+// CopyOptions adjusts CopyTo and CopyFrom.
+type CopyOptions struct {
+	// FollowLinks copies what the source points to when the source itself
+	// is a symbolic link. Links inside a copied tree are always copied as
+	// links.
+	FollowLinks bool
+	// PreserveOwner gives copied files the owners they had at the source
+	// (numeric ids). Without it, files copied into the sandbox belong to
+	// the owner of the directory they land in, and files copied out to
+	// the local user.
+	PreserveOwner bool
+	// Progress, when set, is called as file content moves with the bytes
+	// moved so far and the total expected (-1 when unknown).
+	Progress func(done, total int64)
+}
+
+// CopyStats counts what a copy moved.
+type CopyStats struct {
+	Files, Dirs, Links, Skipped int
+	Bytes                       int64 // file content
+}
+
+// ArchiveReader is a tar stream of a file or tree of the sandbox.
+type ArchiveReader struct {
+	io.ReadCloser
+	// ContentLength is the file content the stream will carry, when
+	// asked for with measure; -1 otherwise.
+	ContentLength int64
+}
+
+// DownloadArchive streams the file or tree at path as tar, its entries
+// named after path's base name. follow packs what path points to when it
+// is a symbolic link; measure asks for ContentLength first.
+func (s *Sandbox) DownloadArchive(ctx context.Context, path string, follow, measure bool) (*ArchiveReader, error) {
+	tg, err := s.execd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"path": {path}}
+	if follow {
+		q.Set("follow", "true")
+	}
+	if measure {
+		q.Set("measure", "true")
+	}
+	r := tg.req("download archive of "+path, http.MethodGet, "/files/archive", q)
+	r.idempotent, r.streaming = true, true
+	resp, err := s.c.t.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	ar := &ArchiveReader{ReadCloser: resp.Body, ContentLength: -1}
+	if n, err := strconv.ParseInt(resp.Header.Get(api.HeaderArchiveContentLength), 10, 64); err == nil {
+		ar.ContentLength = n
+	}
+	return ar, nil
+}
+
+// UploadArchive extracts a tar stream into the existing directory dir of
+// the sandbox. No entry may leave dir; each file lands atomically.
+// preserveOwner keeps the archive's owners instead of giving new entries
+// to dir's owner.
+func (s *Sandbox) UploadArchive(ctx context.Context, dir string, tarStream io.Reader, preserveOwner bool) (*CopyStats, error) {
+	tg, err := s.execd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"path": {dir}}
+	if preserveOwner {
+		q.Set("preserveOwner", "true")
+	}
+	r := tg.req("upload archive to "+dir, http.MethodPost, "/files/archive", q)
+	r.stream, r.contentType = tarStream, "application/x-tar"
+	var st api.ArchiveStats
+	if err := s.c.t.call(ctx, r, &st); err != nil {
+		return nil, err
+	}
+	return &CopyStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Skipped: st.Skipped, Bytes: st.Bytes}, nil
+}
+
+// contentsOnly reports whether p names a directory's contents ("dir/.").
+func contentsOnly(p string) bool {
+	return p == "." || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, string(filepath.Separator)+".")
+}
+
+// CopyTo copies the local file or tree src into the sandbox at dst, as
+// cp -r and docker cp do: into dst when it is a directory, as dst when
+// it does not exist (its parent must), over dst when both are files. A
+// src ending in "/." copies a directory's contents rather than the
+// directory. One tar stream carries everything.
+func (s *Sandbox) CopyTo(ctx context.Context, src, dst string, opts *CopyOptions) (*CopyStats, error) {
+	if opts == nil {
+		opts = &CopyOptions{}
+	}
+	stat := os.Lstat
+	if opts.FollowLinks {
+		stat = os.Stat
+	}
+	fi, err := stat(src)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s: %w", src, err)
+	}
+	contents := contentsOnly(src) && fi.IsDir()
+
+	dir, name, err := s.placeRemote(ctx, dst, fi.IsDir(), filepath.Base(src), contents)
+	if err != nil {
+		return nil, err
+	}
+	total := int64(-1)
+	if opts.Progress != nil {
+		if n, err := archive.Measure(src, opts.FollowLinks); err == nil {
+			total = n
+		}
+		opts.Progress(0, total)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		popts := archive.PackOptions{FollowTop: opts.FollowLinks}
+		if opts.Progress != nil {
+			popts.Progress = func(n int64) { opts.Progress(n, total) }
+		}
+		_, err := archive.Pack(ctx, pw, src, name, popts)
+		pw.CloseWithError(err)
+	}()
+	st, err := s.UploadArchive(ctx, dir, pr, opts.PreserveOwner)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return st, nil
+}
+
+// placeRemote decides where in the sandbox a copy of a source lands: the
+// directory to extract into and the name the source takes there ("" for
+// a directory's contents).
+func (s *Sandbox) placeRemote(ctx context.Context, dst string, srcIsDir bool, srcBase string, contents bool) (dir, name string, err error) {
+	info, err := s.Stat(ctx, dst)
+	switch {
+	case err == nil:
+		fi := info[dst]
+		if fi.Type == "directory" {
+			if contents {
+				return dst, "", nil
+			}
+			return dst, srcBase, nil
+		}
+		if srcIsDir {
+			return "", "", fmt.Errorf("copy to %s: cannot copy a directory onto a file", dst)
+		}
+		return path.Dir(strings.TrimRight(dst, "/")), path.Base(dst), nil
+	case errors.Is(err, ErrNotFound):
+		if strings.HasSuffix(dst, "/") {
+			return "", "", fmt.Errorf("copy to %s: no such directory", dst)
+		}
+		clean := path.Clean(dst)
+		return path.Dir(clean), path.Base(clean), nil
+	default:
+		return "", "", err
+	}
+}
+
+// CopyFrom copies the file or tree src of the sandbox to the local path
+// dst, with the same rules as CopyTo. Nothing written can land outside
+// dst's directory, whatever the sandbox sends; each file is written
+// under a temporary name and renamed into place.
+func (s *Sandbox) CopyFrom(ctx context.Context, src, dst string, opts *CopyOptions) (*CopyStats, error) {
+	if opts == nil {
+		opts = &CopyOptions{}
+	}
+	ar, err := s.DownloadArchive(ctx, src, opts.FollowLinks, opts.Progress != nil)
+	if err != nil {
+		return nil, err
+	}
+	defer ar.Close()
+	// The first entry says whether the source is a directory, which
+	// decides where the copy lands.
+	var head bytes.Buffer
+	first, err := tar.NewReader(io.TeeReader(ar, &head)).Next()
+	if err != nil {
+		return nil, fmt.Errorf("copy %s: read archive: %w", src, err)
+	}
+	stream := io.MultiReader(&head, ar)
+	srcIsDir := first.Typeflag == tar.TypeDir
+	contents := contentsOnly(src) && srcIsDir
+	srcBase := path.Base(path.Clean(src))
+	if path.Clean(src) == "/" {
+		contents, srcBase, srcIsDir = true, "", true
+	}
+
+	var dir, name string
+	fi, err := os.Stat(dst)
+	switch {
+	case err == nil && fi.IsDir():
+		dir, name = dst, srcBase
+		if contents {
+			name = ""
+		}
+	case err == nil:
+		if srcIsDir {
+			return nil, fmt.Errorf("copy to %s: cannot copy a directory onto a file", dst)
+		}
+		dir, name = filepath.Dir(dst), filepath.Base(dst)
+	case errors.Is(err, fs.ErrNotExist):
+		if strings.HasSuffix(dst, string(filepath.Separator)) {
+			return nil, fmt.Errorf("copy to %s: no such directory", dst)
+		}
+		dir, name = filepath.Dir(filepath.Clean(dst)), filepath.Base(filepath.Clean(dst))
+	default:
+		return nil, fmt.Errorf("copy to %s: %w", dst, err)
+	}
+
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	defer root.Close()
+
+	xopts := archive.ExtractOptions{Rename: renameTop(srcBase, name)}
+	if opts.PreserveOwner {
+		xopts.Owner = archive.OwnerArchive
+	}
+	if opts.Progress != nil {
+		opts.Progress(0, ar.ContentLength)
+		xopts.Progress = func(n int64) { opts.Progress(n, ar.ContentLength) }
+	}
+	st, err := archive.Extract(ctx, stream, root, xopts)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return &CopyStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Skipped: st.Skipped, Bytes: st.Bytes}, nil
+}
+
+// renameTop maps archive names whose first component is from so that it
+// becomes to; with to == "" the component is dropped (the contents land
+// directly in the directory). from == "" means the archive has no top
+// component.
+func renameTop(from, to string) func(string) string {
+	if from == to {
+		return nil
+	}
+	return func(n string) string {
+		rest := n
+		if from != "" {
+			if n == from {
+				return to
+			}
+			var ok bool
+			if rest, ok = strings.CutPrefix(n, from+"/"); !ok {
+				return "" // not under the source: leave it out
+			}
+		}
+		if to == "" {
+			return rest
+		}
+		return to + "/" + rest
+	}
+}
