@@ -12,9 +12,9 @@ import (
 	"testing"
 )
 
-// execdBin and serverBin are the binaries built once for the whole
-// package, side by side, as make build lays them out.
-var execdBin, serverBin string
+// execdBin, serverBin and osbBin are the binaries built once for the
+// whole package, side by side, as make build lays them out.
+var execdBin, serverBin, osbBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -31,7 +31,8 @@ func run(m *testing.M) int {
 	root := filepath.Dir(filepath.Dir(file))
 	execdBin = filepath.Join(dir, "execd")
 	serverBin = filepath.Join(dir, "opensandbox-server")
-	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server")
+	osbBin = filepath.Join(dir, "osb")
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server", "./cmd/osb")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

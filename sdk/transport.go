@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -106,8 +108,8 @@ func (r *request) success(status int) bool {
 // once sends r one time. The answer's body, when there is one, is bound
 // to the request timeout (or, for a streaming request, only its headers
 // are) and releases the timeout's resources when closed.
-func (t *transport) once(ctx context.Context, r *request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
+func (t *transport) once(parent context.Context, r *request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(parent)
 	var timer *time.Timer
 	var timedOut error
 	if t.timeout > 0 && r.stream == nil {
@@ -141,12 +143,41 @@ func (t *transport) once(ctx context.Context, r *request) (*http.Response, error
 	if err != nil {
 		cancel(nil)
 		if timedOut != nil && context.Cause(ctx) == timedOut {
-			err = timedOut
+			return nil, fmt.Errorf("%s: %w", r.op, timedOut)
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) && parent.Err() == nil {
+			return nil, &NetworkError{Op: r.op, URL: redact(r.url), Err: ue.Err}
 		}
 		return nil, fmt.Errorf("%s: %w", r.op, err)
 	}
 	resp.Body = &cancelBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel, timer: timer, timedOut: timedOut}
 	return resp, nil
+}
+
+// NetworkError is a call that got no answer: the server or sandbox could
+// not be reached, or the connection broke. It matches ErrUnavailable.
+type NetworkError struct {
+	Op  string
+	URL string // scheme://host[:port]/path, without the query
+	Err error
+}
+
+func (e *NetworkError) Error() string {
+	return fmt.Sprintf("%s: cannot reach %s: %v", e.Op, e.URL, e.Err)
+}
+
+func (e *NetworkError) Unwrap() error { return e.Err }
+
+// Is makes a NetworkError match ErrUnavailable.
+func (e *NetworkError) Is(target error) bool { return target == ErrUnavailable }
+
+// redact drops the query of a URL for messages.
+func redact(raw string) string {
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		return raw[:i]
+	}
+	return raw
 }
 
 // cancelBody releases a request's context and timer when the body is
