@@ -177,6 +177,8 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 	root.AddCommand(
 		a.sandboxCommand(),
 		a.configCommand(),
+		a.shellCommand(),
+		a.cpCommand(),
 	)
 	for _, c := range root.Commands() {
 		setArgsUsage(c)

@@ -58,9 +58,9 @@ func (s *server) osbIn(stdin io.Reader, home string, args ...string) osbResult {
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(3 * time.Minute):
+	case <-time.After(osbTimeout):
 		cmd.Process.Kill()
-		s.t.Fatalf("osb %s did not finish; stderr %q", strings.Join(args, " "), errb.String())
+		s.t.Fatalf("osb %s did not finish; stdout %q, stderr %q", strings.Join(args, " "), out.String(), errb.String())
 	}
 	r := osbResult{args: args, out: out.String(), err: errb.String()}
 	var ee *exec.ExitError
@@ -115,3 +115,6 @@ func (r osbResult) json(t *testing.T, v any) {
 		t.Fatalf("osb %s: stdout is not JSON: %v\n%s", strings.Join(r.args, " "), err, r.out)
 	}
 }
+
+// osbTimeout bounds one run of osb in the tests.
+var osbTimeout = 2 * time.Minute

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # test-deps.sh installs what the end-to-end tests use besides Docker:
 # Debian's docker-registry (a real registry on loopback, for pulls with
-# credentials), curl and iproute2. Idempotent.
+# credentials), curl, iproute2 and tmux (a real terminal for osb shell).
+# Idempotent.
 set -euo pipefail
 missing=()
 command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 if ((${#missing[@]})); then
 	if [[ $(id -u) -ne 0 ]]; then
 		echo "test-deps: must run as root to install ${missing[*]}" >&2

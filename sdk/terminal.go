@@ -307,6 +307,10 @@ func (t *Terminal) Wait() (int, error) {
 	return t.exitCode, nil
 }
 
+// Done is closed when the terminal's connection has ended: the process
+// exited (Wait then returns its code), or the terminal was closed or lost.
+func (t *Terminal) Done() <-chan struct{} { return t.done }
+
 // Offset is the output offset just after the last byte received: the
 // since to reattach with and miss nothing, repeat nothing.
 func (t *Terminal) Offset() int64 {
