@@ -82,6 +82,7 @@ func Extract(ctx context.Context, r io.Reader, root *os.Root, opts ExtractOption
 	defer buffers.Put(bp)
 	x.buf = *bp
 	err := x.run(tar.NewReader(r))
+	x.closeCached()
 	if err == nil {
 		err = x.finishDirs()
 	}
@@ -96,6 +97,9 @@ type extractor struct {
 	stats Stats
 	made  map[string]bool // directories this extraction created
 	dirs  []*tar.Header   // their headers, applied when the stream ends
+
+	cached    *os.Root // the directory of the last entry placed
+	cachedDir string
 }
 
 func (x *extractor) run(tr *tar.Reader) error {
@@ -183,7 +187,7 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header, name string) error {
 		if err := x.parent(name); err != nil {
 			return err
 		}
-		return x.place(name, hdr, func(tmp string) error { return x.root.Symlink(hdr.Linkname, tmp) })
+		return x.place(name, hdr, func(dir *os.Root, tmp string) error { return dir.Symlink(hdr.Linkname, tmp) })
 	case tar.TypeLink:
 		target, err := x.name(hdr.Linkname)
 		if err != nil || target == "" {
@@ -192,7 +196,9 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header, name string) error {
 		if err := x.parent(name); err != nil {
 			return err
 		}
-		return x.place(name, hdr, func(tmp string) error { return x.root.Link(target, tmp) })
+		return x.place(name, hdr, func(_ *os.Root, tmp string) error {
+			return x.root.Link(target, path.Join(path.Dir(name), tmp))
+		})
 	case tar.TypeGNUSparse:
 		return ErrSparse
 	default:
@@ -273,7 +279,7 @@ func (x *extractor) parent(name string) error {
 			return err
 		}
 		x.made[d] = true
-		if err := x.chown(d, -1, -1, true); err != nil {
+		if err := x.chown(d, -1, -1); err != nil {
 			return err
 		}
 	}
@@ -281,10 +287,10 @@ func (x *extractor) parent(name string) error {
 }
 
 // file writes a regular file under a temporary name and renames it into
-// place.
+// place. Owner, mode and times are set through the open file.
 func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, name string) error {
-	return x.place(name, hdr, func(tmp string) error {
-		f, err := x.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	return x.place(name, hdr, func(dir *os.Root, tmp string) error {
+		f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return err
 		}
@@ -296,6 +302,18 @@ func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, name string) error {
 		x.stats.Bytes += n
 		if err == nil && n < hdr.Size {
 			err = fmt.Errorf("read archive: %w", io.ErrUnexpectedEOF)
+		}
+		if err == nil {
+			if uid, gid, ok := x.owner(hdr.Uid, hdr.Gid); ok {
+				err = f.Chown(uid, gid)
+			}
+		}
+		if err == nil {
+			// After the owner: a change of owner clears setuid and setgid.
+			err = f.Chmod(mode(hdr.Mode))
+		}
+		if err == nil {
+			err = setFileTimes(f, hdr.ModTime)
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -320,62 +338,91 @@ func mode(mode int64) fs.FileMode {
 	return m
 }
 
+// dirRoot returns the directory holding name, opened as a root inside
+// x.root, and name's base. The last directory stays open for the next
+// entry, which in a packed tree is most often beside this one: opening
+// each directory once, rather than walking the whole path for every
+// operation, is what makes many small files fast.
+func (x *extractor) dirRoot(name string) (*os.Root, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		return x.root, base, nil
+	}
+	if x.cached != nil && x.cachedDir == dir {
+		return x.cached, base, nil
+	}
+	x.closeCached()
+	r, err := x.root.OpenRoot(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	x.cached, x.cachedDir = r, dir
+	return r, base, nil
+}
+
+func (x *extractor) closeCached() {
+	if x.cached != nil {
+		x.cached.Close()
+		x.cached, x.cachedDir = nil, ""
+	}
+}
+
 // place makes the entry under a fresh temporary name next to name with
-// make, gives it its owner and time, and renames it over name.
-func (x *extractor) place(name string, hdr *tar.Header, create func(tmp string) error) (retErr error) {
-	if fi, err := x.root.Lstat(name); err == nil && fi.IsDir() {
+// create and renames it over name. A regular file gets its owner, mode
+// and times in create; a symbolic link gets its owner here.
+func (x *extractor) place(name string, hdr *tar.Header, create func(dir *os.Root, tmp string) error) (retErr error) {
+	dir, base, err := x.dirRoot(name)
+	if err != nil {
+		return err
+	}
+	if fi, err := dir.Lstat(base); err == nil && fi.IsDir() {
 		return fmt.Errorf("%w: %s", ErrReplaceDir, name)
 	}
-	tmp := tempName(name)
+	tmp := tempName()
 	defer func() {
 		if retErr != nil {
-			x.root.Remove(tmp)
+			dir.Remove(tmp)
 		}
 	}()
-	if err := create(tmp); err != nil {
+	if err := create(dir, tmp); err != nil {
 		return err
 	}
 	switch hdr.Typeflag {
 	case tar.TypeSymlink:
 		x.stats.Links++
-		if err := x.chown(tmp, hdr.Uid, hdr.Gid, false); err != nil {
-			return err
+		if uid, gid, ok := x.owner(hdr.Uid, hdr.Gid); ok {
+			if err := dir.Lchown(tmp, uid, gid); err != nil {
+				return err
+			}
 		}
 	case tar.TypeLink:
 		x.stats.Links++ // shares its target's owner, mode and time
 	default:
 		x.stats.Files++
-		// After the owner: a change of owner clears setuid and setgid.
-		if err := x.chown(tmp, hdr.Uid, hdr.Gid, true); err != nil {
-			return err
-		}
-		if err := x.root.Chmod(tmp, mode(hdr.Mode)); err != nil {
-			return err
-		}
-		if err := x.root.Chtimes(tmp, hdr.ModTime, hdr.ModTime); err != nil {
-			return err
-		}
 	}
-	return x.root.Rename(tmp, name)
+	return dir.Rename(tmp, base)
 }
 
-// chown gives name the owner opts call for; uid and gid are the archive's.
-// follow says whether name is not a symbolic link.
-func (x *extractor) chown(name string, uid, gid int, follow bool) error {
+// owner is the owner opts call for, given the archive's uid and gid
+// (negative for a directory the archive only implies); ok is false when
+// the owner is to be left as it is.
+func (x *extractor) owner(uid, gid int) (int, int, bool) {
 	switch x.opts.Owner {
 	case OwnerFixed:
-		uid, gid = x.opts.UID, x.opts.GID
+		return x.opts.UID, x.opts.GID, true
 	case OwnerArchive:
-		if uid < 0 {
-			return nil // an implied directory: the archive says nothing
-		}
-	default:
-		return nil
+		return uid, gid, uid >= 0
 	}
-	if follow {
+	return 0, 0, false
+}
+
+// chown gives the directory name the owner opts call for.
+func (x *extractor) chown(name string, uid, gid int) error {
+	if uid, gid, ok := x.owner(uid, gid); ok {
 		return x.root.Chown(name, uid, gid)
 	}
-	return x.root.Lchown(name, uid, gid)
+	return nil
 }
 
 // finishDirs gives the directories this extraction created their mode,
@@ -384,7 +431,7 @@ func (x *extractor) chown(name string, uid, gid int, follow bool) error {
 func (x *extractor) finishDirs() error {
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		hdr := x.dirs[i]
-		if err := x.chown(hdr.Name, hdr.Uid, hdr.Gid, true); err != nil {
+		if err := x.chown(hdr.Name, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("extract %s: %w", hdr.Name, err)
 		}
 		if err := x.root.Chmod(hdr.Name, mode(hdr.Mode)); err != nil {
@@ -397,11 +444,11 @@ func (x *extractor) finishDirs() error {
 	return nil
 }
 
-// tempName is a fresh hidden name in the directory of name.
-func tempName(name string) string {
+// tempName is a fresh hidden base name.
+func tempName() string {
 	var b [8]byte
 	rand.Read(b[:])
-	return path.Join(path.Dir(name), TempPrefix+hex.EncodeToString(b[:]))
+	return TempPrefix + hex.EncodeToString(b[:])
 }
 
 // isEscape reports whether err is os.Root refusing a name that leads

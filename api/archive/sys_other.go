@@ -2,7 +2,11 @@
 
 package archive
 
-import "io/fs"
+import (
+	"io/fs"
+	"os"
+	"time"
+)
 
 const openFlags = 0
 
@@ -17,3 +21,6 @@ type sysStat struct {
 // statOf knows nothing of inodes here: owners are not recorded and hard
 // links are packed as separate files.
 func statOf(fs.FileInfo) (sysStat, bool) { return sysStat{}, false }
+
+// setFileTimes sets the times of an open file by its name.
+func setFileTimes(f *os.File, t time.Time) error { return os.Chtimes(f.Name(), t, t) }

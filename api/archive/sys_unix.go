@@ -4,8 +4,10 @@ package archive
 
 import (
 	"io/fs"
+	"os"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // openFlags open a file to pack: never through a link, and without
@@ -38,4 +40,13 @@ func statOf(fi fs.FileInfo) (sysStat, bool) {
 		s.major, s.minor = int64(rdev>>24&0xff), int64(rdev&0xffffff)
 	}
 	return s, true
+}
+
+// setFileTimes sets the access and modification times of an open file.
+func setFileTimes(f *os.File, t time.Time) error {
+	tv := syscall.NsecToTimeval(t.UnixNano())
+	if err := syscall.Futimes(int(f.Fd()), []syscall.Timeval{tv, tv}); err != nil {
+		return &fs.PathError{Op: "futimes", Path: f.Name(), Err: err}
+	}
+	return nil
 }

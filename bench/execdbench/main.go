@@ -26,10 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
 const execdPath = "/opt/opensandbox/bin/execd"
@@ -49,20 +49,7 @@ var modes = map[string]settings{
 }
 
 // row is one line of the results table.
-type row struct {
-	Name     string  `json:"name"`
-	Unit     string  `json:"unit"`
-	Value    float64 `json:"value"`
-	P99      float64 `json:"p99,omitempty"`
-	Baseline float64 `json:"baseline,omitempty"`
-	BaseP99  float64 `json:"baseline_p99,omitempty"`
-	BaseName string  `json:"baseline_name,omitempty"`
-	// Ratio is how many times better execd is than the baseline (for
-	// times: baseline/value; for rates: value/baseline).
-	Ratio  float64 `json:"ratio,omitempty"`
-	Target string  `json:"target,omitempty"`
-	Note   string  `json:"note,omitempty"`
-}
+type row = report.Row
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
@@ -74,12 +61,13 @@ func main() {
 		os.Exit(2)
 	}
 	rows, err := runAll(set)
-	printTable(os.Stdout, *mode, rows)
+	rep := report.Report{Benchmark: "execd", Subject: "execd", Mode: *mode, RatioNote: "how many times better execd is than the baseline (time: baseline/execd; rate: execd/baseline)", RatioFormat: "%.1fx", Rows: rows}
+	rep.Print(os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "execdbench:", err)
 		os.Exit(1)
 	}
-	if err := writeJSON(*out, *mode, rows); err != nil {
+	if err := rep.WriteJSON(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "execdbench:", err)
 		os.Exit(1)
 	}
@@ -254,12 +242,6 @@ func (b *bench) command(cmd string) (int64, string, error) {
 	}
 }
 
-func percentile(ds []time.Duration, p float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s)-1) * p)
-	return float64(s[i].Microseconds()) / 1000
-}
 
 func (b *bench) roundTrip() (row, error) {
 	for i := 0; i < 20; i++ { // warm up connections and caches
@@ -282,8 +264,8 @@ func (b *bench) roundTrip() (row, error) {
 		theirs = append(theirs, time.Since(start))
 	}
 	r := row{Name: "`true` round trip, p50 (p99)", Unit: "ms",
-		Value: percentile(ours, 0.5), P99: percentile(ours, 0.99),
-		Baseline: percentile(theirs, 0.5), BaseP99: percentile(theirs, 0.99), BaseName: "docker exec",
+		Value: report.Percentile(ours, 0.5), P99: report.Percentile(ours, 0.99),
+		Baseline: report.Percentile(theirs, 0.5), BaseP99: report.Percentile(theirs, 0.99), BaseName: "docker exec",
 		Target: "p50 < 3 ms, >= 20x faster"}
 	r.Ratio = r.Baseline / r.Value
 	return r, nil
@@ -497,8 +479,8 @@ func (b *bench) concurrent() (row, error) {
 		return err
 	})
 	r := row{Name: fmt.Sprintf("%d concurrent commands: wall (p99)", b.set.concurrency), Unit: "ms",
-		Value: float64(ourWall.Milliseconds()), P99: percentile(ourLat, 0.99),
-		Baseline: float64(theirWall.Milliseconds()), BaseP99: percentile(theirLat, 0.99), BaseName: "docker exec",
+		Value: float64(ourWall.Milliseconds()), P99: report.Percentile(ourLat, 0.99),
+		Baseline: float64(theirWall.Milliseconds()), BaseP99: report.Percentile(theirLat, 0.99), BaseName: "docker exec",
 		Target: "zero errors", Note: fmt.Sprintf("errors: execd %d, docker exec %d", ourErrs, theirErrs)}
 	r.Ratio = r.Baseline / r.Value
 	if ourErrs > 0 {
@@ -507,41 +489,4 @@ func (b *bench) concurrent() (row, error) {
 	return r, nil
 }
 
-func printTable(w io.Writer, mode string, rows []row) {
-	fmt.Fprintf(w, "\nexecd benchmark (%s), %s\n\n", mode, time.Now().Format("2006-01-02 15:04"))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "measure\texecd\tbaseline\tratio\ttarget\tnote")
-	fmt.Fprintln(tw, "-------\t-----\t--------\t-----\t------\t----")
-	for _, r := range rows {
-		ours := fmt.Sprintf("%.3g %s", r.Value, r.Unit)
-		if r.P99 != 0 {
-			ours = fmt.Sprintf("%.3g (%.3g) %s", r.Value, r.P99, r.Unit)
-		}
-		base, ratio := "-", "-"
-		if r.BaseName != "" {
-			base = fmt.Sprintf("%.3g %s [%s]", r.Baseline, r.Unit, r.BaseName)
-			if r.BaseP99 != 0 {
-				base = fmt.Sprintf("%.3g (%.3g) %s [%s]", r.Baseline, r.BaseP99, r.Unit, r.BaseName)
-			}
-			ratio = fmt.Sprintf("%.1fx", r.Ratio)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, base, ratio, r.Target, r.Note)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nratio: how many times better execd is than the baseline (time: baseline/execd; rate: execd/baseline)")
-}
 
-func writeJSON(dir, mode string, rows []row) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	host, _ := os.Hostname()
-	doc := map[string]any{"benchmark": "execd", "mode": mode, "time": time.Now().UTC().Format(time.RFC3339), "host": host, "rows": rows}
-	data, _ := json.MarshalIndent(doc, "", "  ")
-	path := filepath.Join(dir, "execd-"+mode+".json")
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Println("results written to", path)
-	return nil
-}

@@ -26,14 +26,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
 type settings struct {
@@ -49,18 +48,8 @@ var modes = map[string]settings{
 	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 100, lists: 50},
 }
 
-type row struct {
-	Name     string  `json:"name"`
-	Unit     string  `json:"unit"`
-	Value    float64 `json:"value"`
-	P99      float64 `json:"p99,omitempty"`
-	Baseline float64 `json:"baseline,omitempty"`
-	BaseP99  float64 `json:"baseline_p99,omitempty"`
-	BaseName string  `json:"baseline_name,omitempty"`
-	Ratio    float64 `json:"ratio,omitempty"`
-	Target   string  `json:"target,omitempty"`
-	Note     string  `json:"note,omitempty"`
-}
+// row is one line of the results table.
+type row = report.Row
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
@@ -78,9 +67,10 @@ func main() {
 	}
 	rows, err := b.runAll()
 	b.stop()
-	printTable(os.Stdout, *mode, rows)
+	rep := report.Report{Benchmark: "server", Subject: "server", Mode: *mode, RatioNote: "server time / baseline time (below 1.0 is faster than the baseline)", RatioFormat: "%.2f", Rows: rows}
+	rep.Print(os.Stdout)
 	if err == nil {
-		err = writeJSON(*out, *mode, rows)
+		err = rep.WriteJSON(*out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverbench:", err)
@@ -243,11 +233,6 @@ func (b *bench) firstCommand(id string) error {
 	}
 }
 
-func percentile(ds []time.Duration, p float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return float64(s[int(float64(len(s)-1)*p)].Microseconds()) / 1000
-}
 
 func docker(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -300,8 +285,8 @@ func (b *bench) createToFirstCommand() (row, error) {
 		docker("rm", "-f", id)
 	}
 	r := row{Name: "create to first command, p50 (p99)", Unit: "ms",
-		Value: percentile(ours, 0.5), P99: percentile(ours, 0.99),
-		Baseline: percentile(theirs, 0.5), BaseP99: percentile(theirs, 0.99), BaseName: "docker run -d + docker exec",
+		Value: report.Percentile(ours, 0.5), P99: report.Percentile(ours, 0.99),
+		Baseline: report.Percentile(theirs, 0.5), BaseP99: report.Percentile(theirs, 0.99), BaseName: "docker run -d + docker exec",
 		Target: "ratio <= 1.0 (not slower)",
 		Note:   fmt.Sprintf("%s; %d runs (baseline %d)", b.set.image, b.set.creates, b.set.baselines)}
 	r.Ratio = r.Value / r.Baseline
@@ -369,8 +354,8 @@ func (b *bench) fleetRows() ([]row, error) {
 		return nil, err
 	}
 	return []row{
-		{Name: fmt.Sprintf("list %d sandboxes (pageSize=200), p50 (p99)", n), Unit: "ms", Value: percentile(lat, 0.5), P99: percentile(lat, 0.99), Target: "< 20 ms"},
-		{Name: fmt.Sprintf("list %d sandboxes, filtered, p50 (p99)", n), Unit: "ms", Value: percentile(filtered, 0.5), P99: percentile(filtered, 0.99)},
+		{Name: fmt.Sprintf("list %d sandboxes (pageSize=200), p50 (p99)", n), Unit: "ms", Value: report.Percentile(lat, 0.5), P99: report.Percentile(lat, 0.99), Target: "< 20 ms"},
+		{Name: fmt.Sprintf("list %d sandboxes, filtered, p50 (p99)", n), Unit: "ms", Value: report.Percentile(filtered, 0.5), P99: report.Percentile(filtered, 0.99)},
 		{Name: fmt.Sprintf("server RSS with %d sandboxes", n), Unit: "MB", Value: rss},
 		{Name: fmt.Sprintf("%d creates, 16 at a time, until all Running", n), Unit: "s", Value: fleetTime.Seconds()},
 	}, nil
@@ -401,34 +386,4 @@ func (b *bench) runAll() ([]row, error) {
 	return append(rows, fleet...), err
 }
 
-func printTable(w io.Writer, mode string, rows []row) {
-	fmt.Fprintf(w, "\nopensandbox-server benchmark (%s), %s\n\n", mode, time.Now().Format("2006-01-02 15:04"))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "measure\tserver\tbaseline\tratio\ttarget\tnote")
-	fmt.Fprintln(tw, "-------\t------\t--------\t-----\t------\t----")
-	for _, r := range rows {
-		ours := fmt.Sprintf("%.3g %s", r.Value, r.Unit)
-		if r.P99 != 0 {
-			ours = fmt.Sprintf("%.3g (%.3g) %s", r.Value, r.P99, r.Unit)
-		}
-		base, ratio := "-", "-"
-		if r.BaseName != "" {
-			base = fmt.Sprintf("%.3g (%.3g) %s [%s]", r.Baseline, r.BaseP99, r.Unit, r.BaseName)
-			ratio = fmt.Sprintf("%.2f", r.Ratio)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, base, ratio, r.Target, r.Note)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nratio: server time / baseline time (below 1.0 is faster than the baseline)")
-}
 
-func writeJSON(dir, mode string, rows []row) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	doc := map[string]any{"benchmark": "opensandbox-server", "mode": mode, "time": time.Now().UTC().Format(time.RFC3339), "rows": rows}
-	data, _ := json.MarshalIndent(doc, "", "  ")
-	path := filepath.Join(dir, "server-"+mode+".json")
-	fmt.Println("results written to", path)
-	return os.WriteFile(path, append(data, '\n'), 0o644)
-}
