@@ -242,7 +242,6 @@ func (b *bench) command(cmd string) (int64, string, error) {
 	}
 }
 
-
 func (b *bench) roundTrip() (row, error) {
 	for i := 0; i < 20; i++ { // warm up connections and caches
 		b.command("true")
@@ -488,5 +487,3 @@ func (b *bench) concurrent() (row, error) {
 	}
 	return r, nil
 }
-
-

@@ -233,7 +233,6 @@ func (b *bench) firstCommand(id string) error {
 	}
 }
 
-
 func docker(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -385,5 +384,3 @@ func (b *bench) runAll() ([]row, error) {
 	fleet, err := b.fleetRows()
 	return append(rows, fleet...), err
 }
-
-
