@@ -185,7 +185,7 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 	root.AddCommand(
 		a.sandboxCommand(),
 		a.configCommand(),
-		a.commandCommand(), a.execCommand(),
+		a.commandCommand(), a.fileCommand(), a.execCommand(),
 	)
 	for _, c := range root.Commands() {
 		setArgsUsage(c)
