@@ -295,6 +295,8 @@ type commandStatusDoc struct {
 	FinishedAt *time.Time `json:"finished_at"`
 }
 
+// viewCommandStatus is st as osb prints it: nulls for what is unknown,
+// times in UTC.
 func viewCommandStatus(st *api.CommandStatus) commandStatusDoc {
 	d := commandStatusDoc{ID: st.ID, Content: st.Content, Running: st.Running, ExitCode: st.ExitCode,
 		Error: optional(st.Error), StartedAt: st.StartedAt.UTC()}
@@ -305,6 +307,7 @@ func viewCommandStatus(st *api.CommandStatus) commandStatusDoc {
 	return d
 }
 
+// commandStatus is `osb command status`.
 func (a *app) commandStatus() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "status ID EXECUTION_ID",
@@ -348,6 +351,7 @@ type logsDoc struct {
 	Cursor  int64  `json:"cursor"`
 }
 
+// commandLogs is `osb command logs`.
 func (a *app) commandLogs() *cobra.Command {
 	var (
 		cursor int64
@@ -423,6 +427,7 @@ stops following; the command goes on.`,
 	return cmd
 }
 
+// commandInterrupt is `osb command interrupt`.
 func (a *app) commandInterrupt() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "interrupt ID EXECUTION_ID",
@@ -453,6 +458,7 @@ type sessionDoc struct {
 	WorkingDirectory *string `json:"working_directory"`
 }
 
+// sessionCreate is `osb command session create`.
 func (a *app) sessionCreate() *cobra.Command {
 	var workdir string
 	cmd := formats(&cobra.Command{
@@ -491,6 +497,7 @@ exported variables the previous run left.`,
 	return cmd
 }
 
+// sessionRun is `osb command session run`.
 func (a *app) sessionRun() *cobra.Command {
 	var (
 		workdir string
@@ -542,6 +549,7 @@ run goes on in it); "osb command session delete" stops it.`,
 	return cmd
 }
 
+// sessionDelete is `osb command session delete`.
 func (a *app) sessionDelete() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "delete ID SESSION_ID",

@@ -40,6 +40,7 @@ type permFlags struct {
 	mode, owner, group string
 }
 
+// add defines the flags on fl; modeHelp is the help of --mode.
 func (pf *permFlags) add(fl *pflag.FlagSet, modeHelp string) {
 	fl.StringVar(&pf.mode, "mode", "", modeHelp)
 	fl.StringVar(&pf.owner, "owner", "", "owner, a user name or uid")
@@ -76,6 +77,7 @@ func fileMode(bits uint32) fs.FileMode {
 	return m
 }
 
+// fileCat is `osb file cat`.
 func (a *app) fileCat() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "cat ID PATH",
@@ -104,6 +106,7 @@ added and binary content passes unchanged.`,
 	}, formatRaw)
 }
 
+// fileWrite is `osb file write`.
 func (a *app) fileWrite() *cobra.Command {
 	var (
 		content string
@@ -158,6 +161,7 @@ and a replaced one keeps its mode.`,
 	return cmd
 }
 
+// fileUpload is `osb file upload`.
 func (a *app) fileUpload() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "upload ID LOCAL_PATH REMOTE_PATH",
@@ -198,6 +202,7 @@ directories are created. For directories, use osb cp.`,
 	}, formatTable, formatJSON, formatYAML)
 }
 
+// fileDownload is `osb file download`.
 func (a *app) fileDownload() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "download ID REMOTE_PATH LOCAL_PATH",
@@ -374,6 +379,7 @@ func (a *app) printPathRows(f, title string, paths []string, status string) erro
 	return p.doc(rows, func() { p.table(title, []string{"PATH", "STATUS"}, table, "", nil) })
 }
 
+// fileRm is `osb file rm`.
 func (a *app) fileRm() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "rm ID PATH...",
@@ -396,6 +402,7 @@ func (a *app) fileRm() *cobra.Command {
 	}, formatTable, formatJSON, formatYAML)
 }
 
+// fileMv is `osb file mv`.
 func (a *app) fileMv() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "mv ID SOURCE DESTINATION",
@@ -419,6 +426,7 @@ func (a *app) fileMv() *cobra.Command {
 	}, formatTable, formatJSON, formatYAML)
 }
 
+// fileMkdir is `osb file mkdir`.
 func (a *app) fileMkdir() *cobra.Command {
 	var perm permFlags
 	cmd := formats(&cobra.Command{
@@ -448,6 +456,7 @@ func (a *app) fileMkdir() *cobra.Command {
 	return cmd
 }
 
+// fileRmdir is `osb file rmdir`.
 func (a *app) fileRmdir() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "rmdir ID PATH...",
@@ -482,6 +491,7 @@ type fileEntry struct {
 	ModifiedAt time.Time `json:"modified_at"`
 }
 
+// viewFile is fi as osb prints it, times in UTC.
 func viewFile(fi api.FileInfo) fileEntry {
 	return fileEntry{Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, Owner: fi.Owner, Group: fi.Group,
 		CreatedAt: fi.CreatedAt.UTC(), ModifiedAt: fi.ModifiedAt.UTC()}
@@ -490,6 +500,7 @@ func viewFile(fi api.FileInfo) fileEntry {
 // modeText writes mode digits as ls would: at least three digits.
 func modeText(mode int) string { return fmt.Sprintf("%03d", mode) }
 
+// fileSearch is `osb file search`.
 func (a *app) fileSearch() *cobra.Command {
 	var pattern string
 	cmd := formats(&cobra.Command{
@@ -531,6 +542,7 @@ to DIR, and "**" crosses directories.`,
 	return cmd
 }
 
+// fileInfo is `osb file info`.
 func (a *app) fileInfo() *cobra.Command {
 	return formats(&cobra.Command{
 		Use:   "info ID PATH...",
@@ -572,6 +584,7 @@ fails the whole command.`,
 	}, formatTable, formatJSON, formatYAML)
 }
 
+// fileChmod is `osb file chmod`.
 func (a *app) fileChmod() *cobra.Command {
 	var perm permFlags
 	cmd := formats(&cobra.Command{
@@ -617,6 +630,7 @@ type replaceDoc struct {
 	ReplacedCount int    `json:"replaced_count"`
 }
 
+// fileReplace is `osb file replace`.
 func (a *app) fileReplace() *cobra.Command {
 	var old, repl string
 	cmd := formats(&cobra.Command{
