@@ -154,6 +154,14 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 		SilenceErrors:     true,
 		DisableAutoGenTag: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			// Cobra checks these after this hook, as plain errors; here
+			// they become usage errors (exit 2).
+			if err := cmd.ValidateRequiredFlags(); err != nil {
+				return &usageError{cmd: cmd.CommandPath(), err: err}
+			}
+			if err := cmd.ValidateFlagGroups(); err != nil {
+				return &usageError{cmd: cmd.CommandPath(), err: err}
+			}
 			return a.resolve(cmd)
 		},
 	}
@@ -177,6 +185,9 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 	root.AddCommand(
 		a.sandboxCommand(),
 		a.configCommand(),
+		a.commandCommand(),
+		a.fileCommand(),
+		a.execCommand(),
 		a.shellCommand(),
 		a.cpCommand(),
 	)
