@@ -23,7 +23,9 @@ import (
 )
 
 // Version is osb's version, set at build time with
-// -ldflags "-X github.com/opensandbox/opensandbox/cli.Version=...".
+// -ldflags "-X github.com/opensandbox/opensandbox/cli.Version=..." (make
+// build stamps `git describe`). Left "dev", osb reports the commit it was
+// built from instead (see clientVersion).
 var Version = "dev"
 
 // Streams are the standard streams and environment the command uses.
@@ -149,11 +151,14 @@ commands, sessions, terminals, files and copies.
 
 Connection settings come from flags, then the OPEN_SANDBOX_* environment
 variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
-		Version:           Version,
+		Version:           clientVersion(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		DisableAutoGenTag: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if isCompletionCommand(cmd) {
+				return nil
+			}
 			return a.resolve(cmd)
 		},
 	}
@@ -176,7 +181,11 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 
 	root.AddCommand(
 		a.sandboxCommand(),
+		a.snapshotCommand(),
+		a.egressCommand(),
 		a.configCommand(),
+		a.diagnosticsCommand(),
+		a.versionCommand(),
 	)
 	for _, c := range root.Commands() {
 		setArgsUsage(c)
@@ -222,7 +231,7 @@ func (a *app) sdkClient() (*sdk.Client, error) {
 		Protocol:       a.set.Protocol,
 		RequestTimeout: a.set.RequestTimeout,
 		UseServerProxy: a.set.UseServerProxy,
-		UserAgent:      "osb/" + Version,
+		UserAgent:      "osb/" + clientVersion(),
 	})
 	if err != nil {
 		return nil, err
