@@ -4,7 +4,10 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 GOFLAGS_STATIC := CGO_ENABLED=0
-LDFLAGS := -s -w
+# VERSION is stamped into every binary: osb's cli.Version and the
+# servers' main.version (GET /health reports the lifecycle server's).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/opensandbox/opensandbox/cli.Version=$(VERSION) -X main.version=$(VERSION)
 # BENCH=quick runs a shorter benchmark.
 BENCH ?= full
 

@@ -211,4 +211,7 @@ type DiagnosticContent struct {
 // Health is the body of GET /health.
 type Health struct {
 	Status string `json:"status"`
+	// Version is the server's version, when it reports one (servers of
+	// other implementations may not).
+	Version string `json:"version,omitempty"`
 }

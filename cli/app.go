@@ -23,7 +23,9 @@ import (
 )
 
 // Version is osb's version, set at build time with
-// -ldflags "-X github.com/opensandbox/opensandbox/cli.Version=...".
+// -ldflags "-X github.com/opensandbox/opensandbox/cli.Version=..." (make
+// build stamps `git describe`). Left "dev", osb reports the commit it was
+// built from instead (see clientVersion).
 var Version = "dev"
 
 // Streams are the standard streams and environment the command uses.
@@ -149,7 +151,7 @@ commands, sessions, terminals, files and copies.
 
 Connection settings come from flags, then the OPEN_SANDBOX_* environment
 variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
-		Version:           Version,
+		Version:           clientVersion(),
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		DisableAutoGenTag: true,
@@ -161,6 +163,9 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 			}
 			if err := cmd.ValidateFlagGroups(); err != nil {
 				return &usageError{cmd: cmd.CommandPath(), err: err}
+			}
+			if isCompletionCommand(cmd) {
+				return nil
 			}
 			return a.resolve(cmd)
 		},
@@ -184,12 +189,16 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 
 	root.AddCommand(
 		a.sandboxCommand(),
+		a.snapshotCommand(),
+		a.egressCommand(),
 		a.configCommand(),
 		a.commandCommand(),
 		a.fileCommand(),
 		a.execCommand(),
 		a.shellCommand(),
 		a.cpCommand(),
+		a.diagnosticsCommand(),
+		a.versionCommand(),
 	)
 	for _, c := range root.Commands() {
 		setArgsUsage(c)
@@ -235,7 +244,7 @@ func (a *app) sdkClient() (*sdk.Client, error) {
 		Protocol:       a.set.Protocol,
 		RequestTimeout: a.set.RequestTimeout,
 		UseServerProxy: a.set.UseServerProxy,
-		UserAgent:      "osb/" + Version,
+		UserAgent:      "osb/" + clientVersion(),
 	})
 	if err != nil {
 		return nil, err

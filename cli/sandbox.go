@@ -105,6 +105,15 @@ func (a *app) sandboxCommand() *cobra.Command {
 	cmd.AddCommand(a.sandboxCreate(), a.sandboxList(), a.sandboxGet(), a.sandboxKill(),
 		a.sandboxPause(), a.sandboxResume(), a.sandboxRenew(), a.sandboxEndpoint(),
 		a.sandboxHealth(), a.sandboxMetrics())
+	// Tab completes the sandbox ids these commands take.
+	for _, c := range cmd.Commands() {
+		switch c.Name() {
+		case "get", "pause", "resume", "renew", "endpoint", "health", "metrics":
+			c.ValidArgsFunction = a.completeSandboxIDs
+		case "kill":
+			c.ValidArgsFunction = a.completeManySandboxIDs
+		}
+	}
 	return cmd
 }
 

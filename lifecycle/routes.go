@@ -69,9 +69,10 @@ func (s *Server) routes() {
 	}))
 }
 
-// health answers GET /health, which needs no API key.
+// health answers GET /health, which needs no API key, with the server's
+// version when it has one.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy"})
+	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy", Version: s.cfg.Version})
 }
 
 // pools answers every /pools route until warm pools exist.

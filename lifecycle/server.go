@@ -67,6 +67,10 @@ type Config struct {
 	// Logger receives the server's log: 5xx answers at error level, 4xx
 	// at debug, each with its request id. Default: discard.
 	Logger *slog.Logger
+
+	// Version is the server's version, reported by GET /health. Default
+	// "": /health leaves the field out.
+	Version string
 }
 
 // ErrNoAPIKey is returned by New for a config without an API key that is

@@ -266,6 +266,21 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// TestHealthVersion: /health reports Config.Version, and leaves the
+// field out when there is none.
+func TestHealthVersion(t *testing.T) {
+	e, _ := newEnv(t, func(c *Config) { c.Version = "v1.2.3" })
+	var h api.Health
+	e.call("GET", "/health", "", api.HeaderAPIKey, "").wantStatus(t, 200).decode(t, &h)
+	if h.Status != "healthy" || h.Version != "v1.2.3" {
+		t.Fatalf("health %+v", h)
+	}
+	plain, _ := newEnv(t)
+	if r := plain.call("GET", "/v1/health", "").wantStatus(t, 200); strings.TrimSpace(string(r.body)) != `{"status":"healthy"}` {
+		t.Fatalf("health without a version: %s", r.body)
+	}
+}
+
 func TestAuth(t *testing.T) {
 	e, _ := newEnv(t)
 	for _, prefix := range []string{"", "/v1"} {

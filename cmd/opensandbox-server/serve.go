@@ -86,6 +86,7 @@ func (m *Main) Run(ctx context.Context) error {
 		HostPathAllowlist: cfg.Server.HostVolumeAllowlist,
 		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
 		Logger:            log,
+		Version:           version,
 	})
 	if err != nil {
 		return err
