@@ -202,8 +202,21 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 	)
 	for _, c := range root.Commands() {
 		setArgsUsage(c)
+		a.setIDCompletion(c)
 	}
 	return root
+}
+
+// setIDCompletion completes the sandbox id of every command under cmd
+// whose first argument is one ("run ID ...") and that completes nothing
+// else.
+func (a *app) setIDCompletion(cmd *cobra.Command) {
+	if f := strings.Fields(cmd.Use); len(f) > 1 && f[1] == "ID" && cmd.ValidArgsFunction == nil {
+		cmd.ValidArgsFunction = a.completeSandboxIDs
+	}
+	for _, c := range cmd.Commands() {
+		a.setIDCompletion(c)
+	}
 }
 
 // setArgsUsage makes argument-count errors of cmd and its children usage
