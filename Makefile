@@ -43,6 +43,7 @@ test-e2e: build images ## only the end-to-end tests against real containers
 bench: build images ## performance harnesses against the Docker engine alone (BENCH=quick for a short run)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/serverbench -mode $(BENCH) -out bench/results
+	$(GO) run ./bench/cpbench -mode $(BENCH) -out bench/results
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@./scripts/fuzz.sh $${FUZZTIME:-30s}

@@ -37,7 +37,7 @@ func (a *app) commandCommand() *cobra.Command {
 	}
 	session := &cobra.Command{
 		Use:   "session",
-		Short: "Shell sessions whose exported variables and directory carry over from run to run",
+		Short: "Persistent bash sessions: variables, functions and the directory carry over from run to run",
 	}
 	session.AddCommand(a.sessionCreate(), a.sessionRun(), a.sessionDelete())
 	cmd.AddCommand(a.commandRun(false), a.commandStatus(), a.commandLogs(), a.commandInterrupt(), session)
@@ -465,8 +465,9 @@ func (a *app) sessionCreate() *cobra.Command {
 		Use:   "create ID",
 		Short: "Start a shell session",
 		Long: `Start a shell session in a sandbox and print its id. Each
-"osb command session run" then starts in the directory and with the
-exported variables the previous run left.`,
+"osb command session run" then runs in the same bash: variables,
+functions, aliases and the working directory the previous run left are
+still there.`,
 		Example: `  S=$(osb command session create sb-1 -w /workspace -o json | jq -r .session_id)
   osb command session run sb-1 $S -- export STAGE=2
   osb command session run sb-1 $S -- cd src

@@ -42,7 +42,7 @@ func remotePath(arg string) (id, path string, ok bool) {
 
 // cpCommand is `osb cp`: files and trees in and out of a sandbox.
 func (a *app) cpCommand() *cobra.Command {
-	var archiveMode, follow, quiet bool
+	var archiveMode, follow, quiet, syncDisk bool
 	cmd := formats(&cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files and directories between this machine and a sandbox",
@@ -86,7 +86,7 @@ a progress bar shows on stderr.`,
 			if !quiet && p.errColor {
 				bar = newProgressBar(a.Err)
 			}
-			opts := &sdk.CopyOptions{FollowLinks: follow, PreserveOwner: archiveMode}
+			opts := &sdk.CopyOptions{FollowLinks: follow, PreserveOwner: archiveMode, Sync: syncDisk}
 			if bar != nil {
 				opts.Progress = bar.update
 			}
@@ -95,7 +95,7 @@ a progress bar shows on stderr.`,
 			ctx := cmd.Context()
 			switch {
 			case dstRemote && src == "-":
-				st, err = c.Sandbox(dstID).UploadArchive(ctx, dst, a.In, archiveMode)
+				st, err = c.Sandbox(dstID).UploadArchive(ctx, dst, a.In, &sdk.ArchiveOptions{PreserveOwner: archiveMode, Sync: syncDisk})
 			case dstRemote:
 				st, err = c.Sandbox(dstID).CopyTo(ctx, src, dst, opts)
 			case dst == "-":
@@ -130,6 +130,7 @@ a progress bar shows on stderr.`,
 	fl.BoolVarP(&archiveMode, "archive", "a", false, "keep the owners (uid and gid) the files have at the source")
 	fl.BoolVarP(&follow, "follow-link", "L", false, "copy what SRC points to when SRC is a symbolic link")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	fl.BoolVar(&syncDisk, "sync", false, "into a sandbox: return once the data is on its disk, not only in its memory")
 	return cmd
 }
 

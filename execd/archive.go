@@ -89,8 +89,10 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // the body is extracted into the existing directory DIR, which no entry
 // or link may leave. New entries belong to DIR's owner, or with
 // preserveOwner=true to the owners the archive records. Each file is
-// written under a temporary name and renamed into place; the file system
-// is synced once at the end, before the answer, an api.ArchiveStats.
+// written under a temporary name and renamed into place. Unless
+// sync=false, the file system is synced once at the end, before the
+// answer (an api.ArchiveStats), so that what was acknowledged survives a
+// crash of the host.
 //
 // A stream that fails part way leaves the entries before the failure in
 // place and no partial file; the answer is the error.
@@ -102,6 +104,12 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) error {
 	preserve, err := boolQuery(r.URL.Query().Get("preserveOwner"), "preserveOwner")
 	if err != nil {
 		return err
+	}
+	sync := true
+	if v := r.URL.Query().Get("sync"); v != "" {
+		if sync, err = boolQuery(v, "sync"); err != nil {
+			return err
+		}
 	}
 	if max := s.cfg.MaxUploadBytes; max > 0 {
 		if r.ContentLength > max {
@@ -133,8 +141,10 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return archiveError(err)
 	}
-	if err := syncFS(dir); err != nil {
-		return fsError(err)
+	if sync {
+		if err := syncFS(dir); err != nil {
+			return fsError(err)
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	return json.NewEncoder(w).Encode(api.ArchiveStats{

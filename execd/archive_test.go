@@ -91,7 +91,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	// Upload the same stream elsewhere and compare.
 	dst := t.TempDir()
 	var stats api.ArchiveStats
-	c.call(http.MethodPost, "/files/archive?path="+url.QueryEscape(dst), bytes.NewReader(stream.Bytes()), 200, &stats)
+	c.call(http.MethodPost, "/files/archive?sync=false&path="+url.QueryEscape(dst), bytes.NewReader(stream.Bytes()), 200, &stats)
 	if stats.Files != 3 || stats.Links != 1 || stats.Dirs != 3 || stats.Bytes != int64(9+len(big)) {
 		t.Errorf("stats %+v", stats)
 	}
@@ -167,6 +167,7 @@ func TestArchiveBadInput(t *testing.T) {
 	c.wantError(http.MethodGet, "/files/archive", nil, 400, api.CodeMissingQuery)
 	c.wantError(http.MethodGet, "/files/archive?path="+q("missing"), nil, 404, api.CodeFileNotFound)
 	c.wantError(http.MethodGet, "/files/archive?follow=maybe&path="+q("file"), nil, 400, api.CodeInvalidRequestBody)
+	c.wantError(http.MethodPost, "/files/archive?sync=maybe&path="+q(""), "", 400, api.CodeInvalidRequestBody)
 	c.wantError(http.MethodPost, "/files/archive?path="+q("missing"), "", 404, api.CodeFileNotFound)
 	c.wantError(http.MethodPost, "/files/archive?path="+q("file"), "", 400, api.CodeInvalidRequestBody)
 	c.wantError(http.MethodPost, "/files/archive?path="+q(""), "this is not a tar stream, not at all, no......."+strings.Repeat(".", 600), 400, api.CodeInvalidRequestBody)

@@ -2,8 +2,9 @@
 # demo.sh is the main job end to end: it starts opensandbox-server on a
 # throwaway configuration, creates a sandbox from opensandbox/python:3.11
 # through the lifecycle API, runs python3 -c "print(1 + 1)" in it through
-# the sandbox's execd endpoint, prints the result, and cleans up. It uses
-# only curl and the API, the way any OpenSandbox client does.
+# the sandbox's execd endpoint, prints the result, and cleans up. The
+# first part uses only curl and the API, the way any OpenSandbox client
+# does; the second does the same with the osb command line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,5 +85,17 @@ echo "result: $result   (create to first result: $(((end - start) / 1000000)) ms
 
 echo "== DELETE /v1/sandboxes/$sandbox"
 curl -fsS -o /dev/null -w "%{http_code}\n" -X DELETE "${auth[@]}" "$base/sandboxes/$sandbox"
+sandbox=""
+
+echo "== the same with osb"
+export OPEN_SANDBOX_DOMAIN="127.0.0.1:$port" OPEN_SANDBOX_API_KEY="$key" HOME="$work"
+echo "\$ osb sandbox create --image opensandbox/python:3.11 --timeout 10m -o json"
+created=$(./bin/osb sandbox create --image opensandbox/python:3.11 --timeout 10m -o json)
+echo "$created"
+sandbox=$(echo "$created" | sed -nE 's/.*"id": "([^"]*)".*/\1/p')
+echo "\$ osb command run $sandbox -- python3 -c 'print(1 + 1)'"
+./bin/osb command run "$sandbox" -- python3 -c 'print(1 + 1)'
+echo "\$ osb sandbox kill $sandbox"
+./bin/osb sandbox kill "$sandbox"
 sandbox=""
 echo "demo done"

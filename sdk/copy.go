@@ -34,6 +34,20 @@ type CopyOptions struct {
 	// Progress, when set, is called as file content moves with the bytes
 	// moved so far and the total expected (-1 when unknown).
 	Progress func(done, total int64)
+	// Sync has CopyTo return only once the sandbox has flushed what it
+	// wrote to disk, as a file upload does. Without it, as with cp and
+	// docker cp, a crash of the host right after the copy can lose it.
+	// CopyFrom never syncs.
+	Sync bool
+}
+
+// ArchiveOptions adjusts UploadArchive.
+type ArchiveOptions struct {
+	// PreserveOwner keeps the archive's owners instead of giving new
+	// entries to the owner of the directory they land in.
+	PreserveOwner bool
+	// Sync returns only once the sandbox has flushed what it wrote.
+	Sync bool
 }
 
 // CopyStats counts what a copy moved.
@@ -80,15 +94,16 @@ func (s *Sandbox) DownloadArchive(ctx context.Context, path string, follow, meas
 
 // UploadArchive extracts a tar stream into the existing directory dir of
 // the sandbox. No entry may leave dir; each file lands atomically.
-// preserveOwner keeps the archive's owners instead of giving new entries
-// to dir's owner.
-func (s *Sandbox) UploadArchive(ctx context.Context, dir string, tarStream io.Reader, preserveOwner bool) (*CopyStats, error) {
+func (s *Sandbox) UploadArchive(ctx context.Context, dir string, tarStream io.Reader, opts *ArchiveOptions) (*CopyStats, error) {
 	tg, err := s.execd(ctx)
 	if err != nil {
 		return nil, err
 	}
-	q := url.Values{"path": {dir}}
-	if preserveOwner {
+	if opts == nil {
+		opts = &ArchiveOptions{}
+	}
+	q := url.Values{"path": {dir}, "sync": {strconv.FormatBool(opts.Sync)}}
+	if opts.PreserveOwner {
 		q.Set("preserveOwner", "true")
 	}
 	r := tg.req("upload archive to "+dir, http.MethodPost, "/files/archive", q)
@@ -135,21 +150,66 @@ func (s *Sandbox) CopyTo(ctx context.Context, src, dst string, opts *CopyOptions
 		}
 		opts.Progress(0, total)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		popts := archive.PackOptions{FollowTop: opts.FollowLinks}
-		if opts.Progress != nil {
-			popts.Progress = func(n int64) { opts.Progress(n, total) }
-		}
-		_, err := archive.Pack(ctx, pw, src, name, popts)
-		pw.CloseWithError(err)
-	}()
-	st, err := s.UploadArchive(ctx, dir, pr, opts.PreserveOwner)
-	pr.CloseWithError(io.ErrClosedPipe)
+	popts := archive.PackOptions{FollowTop: opts.FollowLinks}
+	if opts.Progress != nil {
+		popts.Progress = func(n int64) { opts.Progress(n, total) }
+	}
+	body := &packBody{ctx: ctx, src: src, name: name, opts: popts}
+	st, err := s.UploadArchive(ctx, dir, body, &ArchiveOptions{PreserveOwner: opts.PreserveOwner, Sync: opts.Sync})
+	body.close()
 	if err != nil {
 		return nil, fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return st, nil
+}
+
+// packBody is the tar stream of a local tree as a request body. The HTTP
+// client copies a body with WriteTo when it has one: the tree is then
+// packed straight into the connection's writer, in large writes, with no
+// pipe and no extra copy. Read, for any other reader, packs through a
+// pipe.
+type packBody struct {
+	ctx  context.Context
+	src  string
+	name string
+	opts archive.PackOptions
+	pr   *io.PipeReader
+}
+
+func (b *packBody) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	_, err := archive.Pack(b.ctx, cw, b.src, b.name, b.opts)
+	return cw.n, err
+}
+
+func (b *packBody) Read(p []byte) (int, error) {
+	if b.pr == nil {
+		pr, pw := io.Pipe()
+		b.pr = pr
+		go func() {
+			_, err := archive.Pack(b.ctx, pw, b.src, b.name, b.opts)
+			pw.CloseWithError(err)
+		}()
+	}
+	return b.pr.Read(p)
+}
+
+// close stops a packing goroutine that Read started.
+func (b *packBody) close() {
+	if b.pr != nil {
+		b.pr.CloseWithError(io.ErrClosedPipe)
+	}
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // placeRemote decides where in the sandbox a copy of a source lands: the
