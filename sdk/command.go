@@ -65,15 +65,21 @@ type Execution struct {
 func (e *Execution) OK() bool { return e.Error == nil }
 
 // Signal is the name of the signal that killed the process ("killed",
-// "terminated", ...) when the sandbox said so; "" otherwise.
+// "terminated", "segmentation fault", ...) when the sandbox said so; ""
+// otherwise.
 func (e *Execution) Signal() string {
 	if e.Error == nil || e.ExitCode != -1 {
 		return ""
 	}
 	for _, line := range e.Error.Traceback {
-		if sig, ok := strings.CutPrefix(line, "signal: "); ok {
-			return sig
+		_, rest, ok := strings.Cut(line, "signal: ")
+		if !ok {
+			continue
 		}
+		if i := strings.IndexAny(rest, ");"); i >= 0 {
+			rest = rest[:i]
+		}
+		return strings.TrimSuffix(strings.TrimSpace(rest), " (core dumped")
 	}
 	return ""
 }

@@ -272,3 +272,16 @@ func TestShellQuote(t *testing.T) {
 		t.Errorf("several words: %s", got)
 	}
 }
+
+func TestExecutionSignal(t *testing.T) {
+	for tb, want := range map[string]string{
+		"signal: killed": "killed",
+		"the session's shell exited (signal: segmentation fault (core dumped)); start a new session": "segmentation fault",
+		"exit status 3": "",
+	} {
+		e := &Execution{ExitCode: -1, Error: &api.ExecutionError{Traceback: []string{tb}}}
+		if got := e.Signal(); got != want {
+			t.Errorf("Signal() of %q = %q, want %q", tb, got, want)
+		}
+	}
+}
