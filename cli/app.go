@@ -164,8 +164,8 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 			if err := cmd.ValidateFlagGroups(); err != nil {
 				return &usageError{cmd: cmd.CommandPath(), err: err}
 			}
-			if isCompletionCommand(cmd) {
-				return nil
+			if isCompletionCommand(cmd) || !cmd.HasParent() {
+				return nil // completions, and the root's help
 			}
 			return a.resolve(cmd)
 		},
@@ -200,10 +200,8 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 		a.diagnosticsCommand(),
 		a.versionCommand(),
 	)
-	for _, c := range root.Commands() {
-		setArgsUsage(c)
-		a.setIDCompletion(c)
-	}
+	setArgsUsage(root)
+	a.setIDCompletion(root)
 	return root
 }
 

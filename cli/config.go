@@ -335,10 +335,14 @@ func setConfigValue(text, section, field, value string) string {
 			break
 		}
 	}
-	for i := start + 1; i < end; i++ {
-		if keyLine.MatchString(lines[i]) {
-			lines[i] = field + " = " + value
-			return strings.Join(lines, "\n")
+	// The key's own line wins over a commented-out one.
+	active := regexp.MustCompile(`^\s*` + regexp.QuoteMeta(field) + `\s*=`)
+	for _, re := range []*regexp.Regexp{active, keyLine} {
+		for i := start + 1; i < end; i++ {
+			if re.MatchString(lines[i]) {
+				lines[i] = field + " = " + value
+				return strings.Join(lines, "\n")
+			}
 		}
 	}
 	insert := end
@@ -459,7 +463,11 @@ func (a *app) configCommand() *cobra.Command {
 			if err := writeFileAtomic(path, []byte(out)); err != nil {
 				return fmt.Errorf("write config: %w", err)
 			}
-			a.printerFor(f).success("Set " + key + " = " + value)
+			shown := value
+			if key == "connection.api_key" {
+				shown = maskKey(value)
+			}
+			a.printerFor(f).success("Set " + key + " = " + shown)
 			return nil
 		},
 	}, formatTable, formatJSON, formatYAML)

@@ -112,10 +112,10 @@ a progress bar shows on stderr.`,
 			doc := copyDoc{Source: args[0], Destination: args[1], Files: st.Files, Dirs: st.Dirs, Links: st.Links,
 				Skipped: st.Skipped, Bytes: st.Bytes, Seconds: time.Since(start).Seconds()}
 			switch {
-			case f != formatTable:
-				return p.doc(doc, nil)
 			case dst == "-":
 				return nil // stdout is the stream
+			case f != formatTable:
+				return p.doc(doc, nil)
 			case p.errColor || a.verbose:
 				fmt.Fprintf(a.Err, "Copied %s in %d files (%d directories, %d links) in %s\n",
 					byteSize(doc.Bytes), doc.Files, doc.Dirs, doc.Links, time.Since(start).Round(time.Millisecond))

@@ -77,7 +77,10 @@ func (a *app) runShell(ctx context.Context, sb *sdk.Sandbox, opts sdk.TerminalOp
 	if outFile != nil && !opts.Pipe {
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
+		defer func() {
+			signal.Stop(winch) // no more sends after this returns
+			close(winch)
+		}()
 		go func() {
 			for range winch {
 				if w, h, err := term.GetSize(int(outFile.Fd())); err == nil {

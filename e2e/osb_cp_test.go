@@ -109,6 +109,15 @@ func TestOSBCopy(t *testing.T) {
 		t.Errorf("the tree changed on its way in and out:\n%s", firstDiff(want, got))
 	}
 
+	// Out of the sandbox, contents only: no warning about skipped files.
+	r := s.osb("cp", id+":/tmp/tree/src/.", filepath.Join(local, "contents"))
+	if r.ok(t); strings.Contains(r.err, "not copied") {
+		t.Errorf("contents copy warned: %q", r.err)
+	}
+	if _, err := os.Stat(filepath.Join(local, "contents", "pkg00")); err != nil {
+		t.Error(err)
+	}
+
 	// Into an existing directory the source keeps its name.
 	into := filepath.Join(local, "into")
 	os.Mkdir(into, 0o755)

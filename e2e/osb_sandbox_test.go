@@ -202,6 +202,9 @@ func TestOSBConfig(t *testing.T) {
 	if r := s.osbIn(nil, home, "config", "init"); r.code != 0 || !strings.Contains(r.err, "already exists") {
 		t.Errorf("second init: exit %d, %q", r.code, r.err)
 	}
+	if out := s.osbIn(nil, home, "config", "set", "connection.api_key", "sk-very-secret-key").ok(t); strings.Contains(out, "very-secret") {
+		t.Errorf("config set printed the key: %q", out)
+	}
 	for _, kv := range [][2]string{
 		{"defaults.image", busyboxImage},
 		{"defaults.timeout", "45m"},
@@ -218,6 +221,10 @@ func TestOSBConfig(t *testing.T) {
 		}
 	}
 	s.osbIn(nil, home, "config", "set", "connection.protocol", "ftp").fails(t, 1, "want http or https")
+	// A key set both commented out and for real: the real line changes.
+	text, _ = os.ReadFile(path)
+	os.WriteFile(path, []byte(strings.Replace(string(text), "# domain = \"localhost:8080\"", "# domain = \"localhost:8080\"\ndomain = \""+s.listen+"\"", 1)), 0o600)
+	s.osbIn(nil, home, "config", "set", "connection.domain", s.listen).ok(t)
 	s.osbIn(nil, home, "config", "set", "nosuch.key", "1").fails(t, 1, "unknown key")
 	s.osbIn(nil, home, "config", "set", "defaults.timeout", "forever").fails(t, 1, "invalid duration")
 
@@ -251,6 +258,7 @@ func TestOSBBadConnection(t *testing.T) {
 	s.osb("--api-key", "nope-nope-nope-nope", "sandbox", "get", "x").fails(t, 1, "request_id=")
 	s.osb("sandbox", "get", "no-such-sandbox").fails(t, 1, "SANDBOX_NOT_FOUND")
 	s.osb("sandbox", "frobnicate").fails(t, 2, "unknown command")
+	s.osb("frobnicate").fails(t, 2, "unknown command")
 	s.osb("sandbox", "list", "--frobnicate").fails(t, 2, "unknown flag")
 	s.osb("sandbox", "list", "-o", "xml").fails(t, 2, "invalid output format")
 	s.osb("sandbox", "list", "-o", "raw").fails(t, 1, "does not offer -o raw")

@@ -27,9 +27,10 @@ type CopyOptions struct {
 	// links.
 	FollowLinks bool
 	// PreserveOwner gives copied files the owners they had at the source
-	// (numeric ids). Without it, files copied into the sandbox belong to
-	// the owner of the directory they land in, and files copied out to
-	// the local user.
+	// (numeric ids), and with CopyFrom their exact modes. Without it,
+	// files copied into the sandbox belong to the owner of the directory
+	// they land in, and files copied out belong to the local user, with
+	// modes less the umask and never setuid or setgid.
 	PreserveOwner bool
 	// Progress, when set, is called as file content moves with the bytes
 	// moved so far and the total expected (-1 when unknown).
@@ -297,7 +298,7 @@ func (s *Sandbox) CopyFrom(ctx context.Context, src, dst string, opts *CopyOptio
 	}
 	defer root.Close()
 
-	xopts := archive.ExtractOptions{Rename: renameTop(srcBase, name)}
+	xopts := archive.ExtractOptions{Rename: renameTop(srcBase, name), SafeModes: !opts.PreserveOwner}
 	if opts.PreserveOwner {
 		xopts.Owner = archive.OwnerArchive
 	}
@@ -315,25 +316,26 @@ func (s *Sandbox) CopyFrom(ctx context.Context, src, dst string, opts *CopyOptio
 // renameTop maps archive names whose first component is from so that it
 // becomes to; with to == "" the component is dropped (the contents land
 // directly in the directory). from == "" means the archive has no top
-// component.
-func renameTop(from, to string) func(string) string {
-	if from == to {
+// component. An entry that is not under from is an error: the sandbox
+// sent something it was not asked for.
+func renameTop(from, to string) func(string) (string, error) {
+	if from == "" && to == "" {
 		return nil
 	}
-	return func(n string) string {
+	return func(n string) (string, error) {
 		rest := n
 		if from != "" {
 			if n == from {
-				return to
+				return to, nil
 			}
 			var ok bool
 			if rest, ok = strings.CutPrefix(n, from+"/"); !ok {
-				return "" // not under the source: leave it out
+				return "", fmt.Errorf("entry %q is not under %q, the path that was asked for", n, from)
 			}
 		}
 		if to == "" {
-			return rest
+			return rest, nil
 		}
-		return to + "/" + rest
+		return to + "/" + rest, nil
 	}
 }

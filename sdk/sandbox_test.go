@@ -283,9 +283,18 @@ func TestTerminal(t *testing.T) {
 	io.WriteString(term, "stty size\n")
 	waitFor("40 120")
 
-	// Detach, keep working remotely, reattach from where we were.
+	// A second client that takes over ends the first one's attachment.
+	taker, err := sb.AttachTerminal(ctx, term.ID, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := term.Wait(); !errors.Is(err, sdk.ErrTakenOver) {
+		t.Errorf("after a takeover: %v", err)
+	}
 	offset := term.Offset()
-	term.Close()
+	taker.Close()
+
+	// Detach, keep working remotely, reattach from where we were.
 	again, err := sb.AttachTerminal(ctx, term.ID, offset, false)
 	if err != nil {
 		t.Fatal(err)

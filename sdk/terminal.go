@@ -214,6 +214,9 @@ func (t *Terminal) readFrames(out, errOut *io.PipeWriter) error {
 				}
 				t.mu.Unlock()
 			case "error":
+				if m.Code == "TAKEN_OVER" {
+					return ErrTakenOver
+				}
 				return fmt.Errorf("terminal %s: %s (%s)", t.ID, m.Error, m.Code)
 			}
 			continue

@@ -69,7 +69,9 @@ func (t *transport) do(ctx context.Context, r *request) (*http.Response, error) 
 		last := i+1 >= attempts
 		switch {
 		case err != nil:
-			if last || ctx.Err() != nil {
+			// A request that took its whole timeout is not tried again:
+			// RequestTimeout bounds the call, not each attempt.
+			if last || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 				return nil, err
 			}
 		case retryable(resp.StatusCode) && !last:

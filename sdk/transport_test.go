@@ -185,7 +185,9 @@ func TestRetriesAfterNetworkErrors(t *testing.T) {
 
 func TestRequestTimeout(t *testing.T) {
 	release := make(chan struct{})
+	var attempts atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -193,11 +195,14 @@ func TestRequestTimeout(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	c, _ := NewClient(Config{Domain: srv.URL, RequestTimeout: 200 * time.Millisecond, Retries: -1})
+	c, _ := NewClient(Config{Domain: srv.URL, RequestTimeout: 200 * time.Millisecond})
 	start := time.Now()
 	_, err := c.Get(context.Background(), "sb")
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 200ms") {
 		t.Errorf("err = %v", err)
+	}
+	if attempts.Load() != 1 {
+		t.Errorf("a timed-out request was tried %d times", attempts.Load())
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("took %v", d)

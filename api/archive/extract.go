@@ -50,9 +50,16 @@ type ExtractOptions struct {
 	UID, GID int // the owner with OwnerFixed
 
 	// Rename maps each entry's cleaned name ("a/b", never "" or
-	// absolute) to the name it is written as; "" leaves the entry out.
-	// Hard link targets are mapped too. Nil keeps every name.
-	Rename func(name string) string
+	// absolute) to the name it is written as; "" leaves the entry out,
+	// and an error fails the extraction (an entry the caller did not
+	// expect). Hard link targets are mapped too. Nil keeps every name.
+	Rename func(name string) (string, error)
+
+	// SafeModes gives extracted files and directories the modes a plain
+	// create would: the archive's permissions less the process's umask,
+	// and never setuid or setgid. For streams from a party that should
+	// not choose who may run or change what it writes.
+	SafeModes bool
 
 	// Progress, when set, is called with the bytes of file content
 	// written so far, after each chunk.
@@ -122,8 +129,7 @@ func (x *extractor) run(tr *tar.Reader) error {
 			return err
 		}
 		if name == "" {
-			x.stats.Skipped++ // renamed away
-			continue
+			continue // renamed away
 		}
 		if err := x.entry(tr, hdr, name); err != nil {
 			if isEscape(err) {
@@ -161,7 +167,10 @@ func (x *extractor) name(n string) (string, error) {
 	if c == "" || x.opts.Rename == nil {
 		return c, nil
 	}
-	mapped := x.opts.Rename(c)
+	mapped, err := x.opts.Rename(c)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnsafeName, err)
+	}
 	if mapped == "" {
 		return "", nil
 	}
@@ -310,7 +319,7 @@ func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, name string) error {
 		}
 		if err == nil {
 			// After the owner: a change of owner clears setuid and setgid.
-			err = f.Chmod(mode(hdr.Mode))
+			err = f.Chmod(x.mode(hdr.Mode))
 		}
 		if err == nil {
 			err = setFileTimes(f, hdr.ModTime)
@@ -320,6 +329,16 @@ func (x *extractor) file(tr *tar.Reader, hdr *tar.Header, name string) error {
 		}
 		return err
 	})
+}
+
+// mode is the mode an entry with tar mode m gets: as recorded, or with
+// SafeModes less the umask and without setuid and setgid.
+func (x *extractor) mode(m int64) fs.FileMode {
+	fm := mode(m)
+	if x.opts.SafeModes {
+		fm &^= fs.FileMode(umask) | fs.ModeSetuid | fs.ModeSetgid
+	}
+	return fm
 }
 
 // mode turns a tar mode into an fs.FileMode: permissions and the
@@ -434,7 +453,7 @@ func (x *extractor) finishDirs() error {
 		if err := x.chown(hdr.Name, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("extract %s: %w", hdr.Name, err)
 		}
-		if err := x.root.Chmod(hdr.Name, mode(hdr.Mode)); err != nil {
+		if err := x.root.Chmod(hdr.Name, x.mode(hdr.Mode)); err != nil {
 			return fmt.Errorf("extract %s: %w", hdr.Name, err)
 		}
 		if err := x.root.Chtimes(hdr.Name, hdr.ModTime, hdr.ModTime); err != nil {

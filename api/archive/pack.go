@@ -93,11 +93,14 @@ func Pack(ctx context.Context, w io.Writer, src, name string, opts PackOptions) 
 // of its regular files, each hard-linked file once. It is a hint for
 // progress reports, as the tree may change before it is packed.
 func Measure(src string, followTop bool) (int64, error) {
-	stat := os.Lstat
 	if followTop {
-		stat = os.Stat
+		resolved, err := filepath.EvalSymlinks(src)
+		if err != nil {
+			return 0, err
+		}
+		src = resolved
 	}
-	fi, err := stat(src)
+	fi, err := os.Lstat(src)
 	if err != nil {
 		return 0, err
 	}

@@ -24,3 +24,6 @@ func statOf(fs.FileInfo) (sysStat, bool) { return sysStat{}, false }
 
 // setFileTimes sets the times of an open file by its name.
 func setFileTimes(f *os.File, t time.Time) error { return os.Chtimes(f.Name(), t, t) }
+
+// umask is not known here; SafeModes then only drops setuid and setgid.
+const umask = 0

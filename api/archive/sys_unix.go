@@ -50,3 +50,11 @@ func setFileTimes(f *os.File, t time.Time) error {
 	}
 	return nil
 }
+
+// umask is the process's file mode creation mask, read once at start,
+// before any goroutine could create a file while it is briefly changed.
+var umask = func() uint32 {
+	m := syscall.Umask(0)
+	syscall.Umask(m)
+	return uint32(m)
+}()
