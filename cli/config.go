@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
@@ -270,6 +271,9 @@ func checkPositiveInt(v string) error {
 
 // tomlValue renders a value for key in TOML.
 func tomlValue(k configKey, v string) (string, error) {
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("not valid UTF-8")
+	}
 	if k.check != nil {
 		if err := k.check(v); err != nil {
 			return "", err
