@@ -5,6 +5,9 @@
 #
 #   opensandbox/base:bookworm   Debian minbase (debootstrap), then docker import
 #   opensandbox/python:3.11     the same plus python3
+#   opensandbox/code-interpreter
+#                               the same plus numpy, pandas, matplotlib, nodejs
+#                               and bash: the image of the code interpreter
 #   opensandbox/busybox         busybox-static with its applet links (~2 MB)
 #   opensandbox/noshell         busybox-static alone, without any shell link:
 #                               an image in which no shell exists
@@ -60,8 +63,10 @@ ensure_tools() {
 	fi
 }
 
-# bootstrap NAME PACKAGES... makes a minbase root filesystem with extra
-# packages, imports it as an image and removes the tree.
+# bootstrap IMAGE INCLUDE TAG [APT_PACKAGES] makes a minbase root file
+# system with the packages INCLUDE (comma-separated, resolved by
+# debootstrap) and APT_PACKAGES (comma-separated, installed with apt
+# without recommends), imports it as IMAGE and removes the tree.
 bootstrap() {
 	local image=$1 include=$2 dir="$cache/rootfs-$3"
 	local mirror
@@ -74,6 +79,20 @@ bootstrap() {
 		tail -n 20 "$cache/debootstrap-$3.log" >&2
 		return 1
 	}
+	# Further packages through apt inside the tree, without recommends:
+	# debootstrap's own resolver drags in far more than apt would.
+	if [[ -n ${4:-} ]]; then
+		log "apt-get install $4 into $image"
+		cp /etc/resolv.conf "$dir/etc/resolv.conf"
+		chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$cache/debootstrap-$3.log" 2>&1 &&
+			chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+				${4//,/ } >>"$cache/debootstrap-$3.log" 2>&1 || {
+			tail -n 20 "$cache/debootstrap-$3.log" >&2
+			return 1
+		}
+		chroot "$dir" apt-get clean
+		: >"$dir/etc/resolv.conf"
+	fi
 	# Trim what a container never needs.
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* \
 		"$dir"/usr/share/man/* "$dir"/usr/share/info/*
@@ -120,6 +139,8 @@ main() {
 	mkdir -p "$cache"
 	have_image opensandbox/base:bookworm || bootstrap opensandbox/base:bookworm "" base
 	have_image opensandbox/python:3.11 || bootstrap opensandbox/python:3.11 "python3" python
+	have_image opensandbox/code-interpreter ||
+		bootstrap opensandbox/code-interpreter "" code "python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs"
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi
