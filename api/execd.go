@@ -220,4 +220,7 @@ type CodeContext struct {
 type RunCodeRequest struct {
 	Code    string       `json:"code"`
 	Context *CodeContext `json:"context,omitempty"`
+	// Timeout interrupts the run after this many milliseconds; 0 means no
+	// limit. Not in the reference daemon.
+	Timeout int64 `json:"timeout,omitempty"`
 }

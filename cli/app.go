@@ -198,6 +198,7 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 		a.shellCommand(),
 		a.cpCommand(),
 		a.diagnosticsCommand(),
+		a.codeCommand(),
 		a.versionCommand(),
 	)
 	setArgsUsage(root)

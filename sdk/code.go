@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 )
@@ -105,6 +106,8 @@ type CodeOptions struct {
 	// OnEvent, when set, sees every event (pings excepted): results,
 	// execution counts, errors.
 	OnEvent func(api.Event)
+	// Timeout interrupts the run after this long; zero means no limit.
+	Timeout time.Duration
 }
 
 // StreamCode runs code and returns its live events.
@@ -116,8 +119,15 @@ func (s *Sandbox) StreamCode(ctx context.Context, code string, opts *CodeOptions
 	cc := &api.CodeContext{Language: LanguagePython}
 	if opts != nil && opts.Context != nil {
 		cc = &api.CodeContext{ID: opts.Context.ID, Language: opts.Context.Language}
+		if cc.Language == "" {
+			cc.Language = LanguagePython
+		}
 	}
-	r, err := tg.jsonReq("run code in sandbox "+s.ID, http.MethodPost, "/code", nil, api.RunCodeRequest{Code: code, Context: cc})
+	body := api.RunCodeRequest{Code: code, Context: cc}
+	if opts != nil {
+		body.Timeout = opts.Timeout.Milliseconds()
+	}
+	r, err := tg.jsonReq("run code in sandbox "+s.ID, http.MethodPost, "/code", nil, body)
 	if err != nil {
 		return nil, err
 	}
