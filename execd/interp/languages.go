@@ -1,0 +1,193 @@
+package interp
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// driverFiles holds the drivers' sources: python.py, javascript.js. The
+// pattern names both extensions in one glob because a go:embed pattern that
+// matches nothing is a build error: a driver file added to this directory
+// is embedded, and its language offered, with no other change.
+//
+//go:embed *.[jp][sy]
+var driverFiles embed.FS
+
+// interruptMethod is how execd interrupts a language's running code.
+type interruptMethod int
+
+const (
+	// bySignal sends SIGINT to the driver's process group.
+	bySignal interruptMethod = iota
+	// byPipe writes one byte to the driver's fd 5.
+	byPipe
+)
+
+// language says how to run one language's driver.
+type language struct {
+	name string
+	// interpreters are the program names looked up in PATH, in order.
+	interpreters []string
+	// driver is the file name of the driver's source in driverFiles.
+	driver string
+	// args returns the interpreter's arguments after argv[0], given the
+	// path of the driver file.
+	args func(driver string) []string
+	// env is added to the context's environment, overriding it.
+	env       []string
+	interrupt interruptMethod
+}
+
+// languages is every language a driver can exist for. Only those whose
+// driver file is embedded are offered.
+var languages = []language{
+	{
+		name:         "python",
+		interpreters: []string{"python3", "python"},
+		driver:       "python.py",
+		// -P: the driver's imports never come from the context's directory
+		// (it puts "" on sys.path for the user's code itself); no -I, so
+		// PYTHONPATH and the user's site-packages work as in a terminal.
+		args:      func(driver string) []string { return []string{"-u", "-P", driver} },
+		env:       []string{"MPLBACKEND=agg", "PYTHONUNBUFFERED=1"},
+		interrupt: bySignal,
+	},
+	{
+		name:         "javascript",
+		interpreters: []string{"node", "nodejs"},
+		driver:       "javascript.js",
+		args:         func(driver string) []string { return []string{"--no-warnings", driver} },
+		interrupt:    byPipe,
+	},
+}
+
+// Languages returns the names of the languages offered, sorted.
+func Languages() []string {
+	var names []string
+	for _, l := range languages {
+		if l.available() {
+			names = append(names, l.name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Offered reports whether name is a language this package can run.
+func Offered(name string) bool {
+	_, ok := lookupLanguage(name)
+	return ok
+}
+
+func lookupLanguage(name string) (*language, bool) {
+	for i := range languages {
+		if languages[i].name == name && languages[i].available() {
+			return &languages[i], true
+		}
+	}
+	return nil, false
+}
+
+func (l *language) available() bool {
+	_, err := fs.Stat(driverFiles, l.driver)
+	return err == nil
+}
+
+// ErrUnknownLanguage is returned by Start for a language not offered.
+var ErrUnknownLanguage = errors.New("unknown language")
+
+// NotInstalledError reports that no interpreter for a language is in PATH.
+type NotInstalledError struct {
+	// Interpreter is the first program name that was looked for.
+	Interpreter string
+}
+
+func (e *NotInstalledError) Error() string {
+	return e.Interpreter + " is not installed in this sandbox"
+}
+
+// findInterpreter returns the path of the first of l's interpreters found
+// in path (a PATH value).
+func (l *language) findInterpreter(path string) (string, error) {
+	for _, name := range l.interpreters {
+		for _, dir := range filepath.SplitList(path) {
+			if dir == "" {
+				dir = "."
+			}
+			p := filepath.Join(dir, name)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+	}
+	return "", &NotInstalledError{Interpreter: l.interpreters[0]}
+}
+
+// written caches the driver files already written, by path.
+var written sync.Map
+
+// driverPath writes l's driver into dir (once per path, again if the file
+// has gone) and returns its path. The file is 0600: only execd's user, the
+// drivers' own, reads it.
+func (l *language) driverPath(dir string) (string, error) {
+	p := filepath.Join(dir, l.driver)
+	if _, ok := written.Load(p); ok {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	src, err := driverFiles.ReadFile(l.driver)
+	if err != nil {
+		return "", fmt.Errorf("read embedded %s driver: %w", l.name, err)
+	}
+	if old, err := os.ReadFile(p); err != nil || !bytes.Equal(old, src) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("create driver directory: %w", err)
+		}
+		tmp, err := os.CreateTemp(dir, "."+l.driver+"-*")
+		if err != nil {
+			return "", fmt.Errorf("write %s driver: %w", l.name, err)
+		}
+		_, err = tmp.Write(src)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), p)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return "", fmt.Errorf("write %s driver: %w", l.name, err)
+		}
+	}
+	written.Store(p, true)
+	return p, nil
+}
+
+// environ returns env with l's own variables set, and PATH.
+func (l *language) environ(env []string) (out []string, path string) {
+	override := make(map[string]bool, len(l.env))
+	for _, kv := range l.env {
+		k, _, _ := strings.Cut(kv, "=")
+		override[k] = true
+	}
+	path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "PATH" {
+			path = v
+		}
+		if !override[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, l.env...), path
+}
