@@ -36,6 +36,9 @@ const (
 	// CodeInsufficientStorage answers an upload that the file system
 	// cannot hold. Not used by the reference daemon, which answers 500.
 	CodeInsufficientStorage = "INSUFFICIENT_STORAGE"
+	// CodeTooManyContexts answers a code context asked for beyond the
+	// sandbox's limit.
+	CodeTooManyContexts = "TOO_MANY_CONTEXTS"
 	// CodeRequestTooLarge answers a body over the configured limit.
 	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
 )

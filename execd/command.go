@@ -456,12 +456,16 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	return nil
 }
 
-// interrupt serves DELETE /command?id= (and DELETE /code?id=): it stops a
-// running command, or closes a bash session.
+// interrupt serves DELETE /command?id= and DELETE /code?id=: it
+// interrupts the run in progress in a code context (which keeps its
+// state), stops a running command, or closes a bash session.
 func (s *Server) interrupt(w http.ResponseWriter, r *http.Request) error {
 	id := r.URL.Query().Get("id")
 	if id == "" {
 		return httpx.Errorf(http.StatusBadRequest, api.CodeMissingQuery, "missing query parameter id")
+	}
+	if s.interruptCode(id) {
+		return nil
 	}
 	if c := s.commands.get(id); c != nil {
 		if c.proc == nil || !c.status().Running {

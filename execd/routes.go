@@ -12,6 +12,14 @@ func (s *Server) routes() {
 	// which the standard mux would reject as overlapping.
 	s.mux.Handle("GET /command/{a}/{b}", s.handle(s.commandStatusOrLogs))
 
+	s.mux.Handle("POST /code/context", s.handle(s.createCodeContext))
+	s.mux.Handle("GET /code/contexts", s.handle(s.listCodeContexts))
+	s.mux.Handle("DELETE /code/contexts", s.handle(s.deleteCodeContexts))
+	s.mux.Handle("GET /code/contexts/{id}", s.handle(s.getCodeContext))
+	s.mux.Handle("DELETE /code/contexts/{id}", s.handle(s.deleteCodeContext))
+	s.mux.Handle("POST /code", s.handle(s.runCode))
+	s.mux.Handle("DELETE /code", s.handle(s.interrupt))
+
 	s.mux.Handle("POST /session", s.handle(s.createSession))
 	s.mux.Handle("POST /session/{id}/run", s.handle(s.runInSession))
 	s.mux.Handle("DELETE /session/{id}", s.handle(s.deleteSession))

@@ -72,6 +72,10 @@ type Config struct {
 	// made inside it). Default: the system temporary directory.
 	TempDir string
 
+	// MaxCodeContexts bounds the code contexts (interpreters) alive at
+	// once, default contexts included. Default 32.
+	MaxCodeContexts int
+
 	// PingInterval is the keep-alive period of event streams. Default 3 s.
 	PingInterval time.Duration
 
@@ -85,6 +89,7 @@ func (c *Config) setDefaults() {
 	c.MaxLogBytes = cmp.Or(c.MaxLogBytes, 64<<20)
 	c.PTYIdleTimeout = cmp.Or(c.PTYIdleTimeout, 30*time.Minute)
 	c.PTYExitedTTL = cmp.Or(c.PTYExitedTTL, 5*time.Minute)
+	c.MaxCodeContexts = cmp.Or(c.MaxCodeContexts, 32)
 	c.PingInterval = cmp.Or(c.PingInterval, 3*time.Second)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	if c.Logger == nil {
@@ -107,6 +112,7 @@ type Server struct {
 
 	commands *commandTable
 	sessions *sessionTable
+	code     *codeTable
 	ptys     *ptyTable
 	metrics  *metricsSampler
 
@@ -142,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.commands = newCommandTable(cfg.RecordTTL, cfg.MaxRecords)
 	s.sessions = newSessionTable()
+	s.code = newCodeTable(cfg.MaxCodeContexts)
 	s.ptys = newPTYTable()
 	s.metrics = newMetricsSampler()
 	s.routes()
@@ -227,6 +234,7 @@ func (s *Server) Shutdown(grace time.Duration) {
 		close(s.stop)
 	}
 	s.sessions.closeAll()
+	s.code.closeAll()
 	s.ptys.closeAll()
 	live := s.sup.Live()
 	entry := s.commands.get(EntrypointID)

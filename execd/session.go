@@ -315,7 +315,7 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 	defer st.detach()
 	go func() {
 		defer func() { <-ss.run }()
-		s.sessionRun(ss, st, req.Command, dir, timeout)
+		st.send(s.sessionRun(ss, st, req.Command, dir, timeout))
 		close(st.events)
 	}()
 	ew := httpx.NewEventWriter(w)
@@ -326,23 +326,22 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// sessionRun runs one command in the session's shell and sends its output
-// and terminal event to st. It holds the session's run slot throughout.
-func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, timeout time.Duration) {
+// sessionRun runs one command in the session's shell, sends its output to
+// st and returns its terminal event. The caller holds the session's run
+// slot throughout.
+func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, timeout time.Duration) api.Event {
 	started := time.Now()
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
-		st.send(runFailure("session was closed"))
-		return
+		return runFailure("session was closed")
 	}
 	if ss.sh == nil || ss.sh.proc.Exited() {
 		// The shell died in an earlier run (exit, set -e, a kill): start a
 		// fresh one, whose state is that of a new session.
 		if err := s.startShell(ss); err != nil {
 			ss.mu.Unlock()
-			st.send(runFailure("restart session shell: " + err.Error()))
-			return
+			return runFailure("restart session shell: " + err.Error())
 		}
 	}
 	sh := ss.sh
@@ -367,16 +366,15 @@ func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, 
 	ss.mu.Unlock()
 
 	if res.code == 0 && res.note == "" {
-		st.send(api.Event{Type: api.EventComplete, ExecutionTime: time.Since(started).Milliseconds()})
-		return
+		return api.Event{Type: api.EventComplete, ExecutionTime: time.Since(started).Milliseconds()}
 	}
 	note := res.note
 	if note == "" {
 		note = "command exited with code " + strconv.Itoa(res.code)
 	}
-	st.send(api.Event{Type: api.EventError, Error: &api.ExecutionError{
+	return api.Event{Type: api.EventError, Error: &api.ExecutionError{
 		EName: api.ErrorNameCommand, EValue: strconv.Itoa(res.code), Traceback: []string{note},
-	}})
+	}}
 }
 
 // runFailure is the terminal event of a run that could not start.

@@ -27,7 +27,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Err != nil {
+	if e.Err != nil && !strings.HasSuffix(e.Message, e.Err.Error()) {
 		return e.Message + ": " + e.Err.Error()
 	}
 	return e.Message

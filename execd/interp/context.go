@@ -1,0 +1,538 @@
+// Package interp runs the code contexts of execd's /code routes: one
+// long-lived interpreter process per context, running a small driver
+// program written in the context's language and embedded in execd. The
+// driver executes the code it is sent in one namespace that lives as long
+// as the context, and reports results, rich output and errors on a private
+// pipe; execd turns them into the stream events the clients expect.
+//
+// No Jupyter server or kernel is involved: a context costs one interpreter
+// process and starts in tens of milliseconds.
+package interp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/execd/process"
+)
+
+// Defaults of Options.
+const (
+	// DefaultStartTimeout bounds the wait for a new driver's ready message.
+	DefaultStartTimeout = 10 * time.Second
+	// KillGrace is how long a run that timed out has to stop after its
+	// interrupt before the context's processes are killed.
+	KillGrace = 2 * time.Second
+)
+
+// Error names of the error events a run ends with when the context itself
+// fails, beside the language's own exceptions.
+const (
+	// ENameContextDied: the interpreter exited during the run; the context
+	// is gone.
+	ENameContextDied = "ContextDied"
+	// ENameTimeout: the run passed its timeout and was interrupted.
+	ENameTimeout = "TimeoutError"
+)
+
+// Options says how to start a context.
+type Options struct {
+	// Language is one of Languages().
+	Language string
+	// Dir is the working directory of the interpreter; it must exist.
+	Dir string
+	// Env is the interpreter's environment; the language's own variables
+	// (MPLBACKEND for python) are added.
+	Env []string
+	// Supervisor starts and reaps the interpreter.
+	Supervisor *process.Supervisor
+	// DriverDir is a private directory where driver sources are written.
+	DriverDir string
+	// StartTimeout bounds the wait for the driver to be ready. Default
+	// DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// StartError reports a driver that did not become ready, with what it
+// wrote to stderr meanwhile.
+type StartError struct {
+	Language string
+	Reason   string
+	Stderr   string
+}
+
+func (e *StartError) Error() string {
+	msg := "start " + e.Language + " interpreter: " + e.Reason
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
+}
+
+// Context is one running interpreter with its state.
+type Context struct {
+	lang *language
+	proc *process.Process
+
+	requests   *os.File // fd 3 of the driver, our write end
+	interrupts *os.File // fd 5 of the driver, our write end (byPipe only)
+	stdout     *process.Reader
+	stderr     *process.Reader
+	replies    chan reply // closed at EOF of fd 4
+	version    string
+
+	queue fifo // one run at a time, in arrival order
+
+	mu       sync.Mutex
+	emit     func(...api.Event) // the current run's sink; nil between runs
+	starting bool               // before ready: stderr goes to startErr
+	startErr bytes.Buffer
+	running  bool // a run has been sent and its done not received
+	closed   bool
+
+	nextRun uint64
+}
+
+// maxStartStderr bounds the stderr kept to explain a failed start.
+const maxStartStderr = 4 << 10
+
+// Start starts a context's interpreter and waits until its driver is ready.
+func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
+	lang, ok := lookupLanguage(opts.Language)
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownLanguage, opts.Language)
+	}
+	env, path := lang.environ(opts.Env)
+	interpreter, err := lang.findInterpreter(path)
+	if err != nil {
+		return nil, err
+	}
+	driver, err := lang.driverPath(opts.DriverDir)
+	if err != nil {
+		return nil, err
+	}
+
+	var closers []*os.File
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			closers = append(closers, r, w)
+		}
+		return r, w, err
+	}
+	var fds [5][2]*os.File // stdout, stderr, requests, replies, interrupts
+	n := 4
+	if lang.interrupt == byPipe {
+		n = 5
+	}
+	for i := range n {
+		if fds[i][0], fds[i][1], err = pipe(); err != nil {
+			return nil, fmt.Errorf("create driver pipes: %w", err)
+		}
+	}
+	spec := process.Spec{
+		Path:   interpreter,
+		Args:   append([]string{interpreter}, lang.args(driver)...),
+		Dir:    opts.Dir,
+		Env:    env,
+		Stdout: fds[0][1],
+		Stderr: fds[1][1],
+		// The child's ends: requests are read, replies written,
+		// interrupts read.
+		ExtraFiles: []*os.File{fds[2][0], fds[3][1], fds[4][0]},
+	}
+	proc, err := opts.Supervisor.Start(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start %s interpreter: %w", lang.name, err)
+	}
+	// The child has its own copies of its ends; ours must go now, or the
+	// replies pipe would never see EOF if the driver died.
+	for _, f := range []*os.File{fds[0][1], fds[1][1], fds[2][0], fds[3][1], fds[4][0]} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	closers = nil
+	c := &Context{
+		lang:       lang,
+		proc:       proc,
+		requests:   fds[2][1],
+		interrupts: fds[4][1],
+		replies:    make(chan reply, 16),
+		starting:   true,
+	}
+	c.stdout = process.NewReader(fds[0][0], func(b []byte) { c.output(api.EventStdout, b) }, 0, nil)
+	c.stderr = process.NewReader(fds[1][0], func(b []byte) { c.output(api.EventStderr, b) }, 0, nil)
+	go c.stdout.Run()
+	go c.stderr.Run()
+	go c.readReplies(fds[3][0])
+	go func() {
+		// A driver's output pipes may be held by processes the code left
+		// behind; once the driver is gone nothing more is waited for.
+		<-proc.Done()
+		c.stdout.Finish()
+		c.stderr.Finish()
+	}()
+	defer func() {
+		if retErr != nil {
+			c.kill()
+		}
+	}()
+
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case m, ok := <-c.replies:
+		switch {
+		case !ok:
+			return nil, c.startError("the interpreter exited before it was ready")
+		case m.Type != replyReady:
+			return nil, c.startError("the driver sent " + strconv.Quote(m.Type) + " before ready")
+		}
+		c.version = m.Version
+	case <-timer.C:
+		return nil, c.startError("no ready message within " + timeout.String())
+	case <-ctx.Done():
+		return nil, fmt.Errorf("start %s interpreter: %w", lang.name, ctx.Err())
+	}
+	c.mu.Lock()
+	c.starting = false
+	c.startErr = bytes.Buffer{}
+	c.mu.Unlock()
+	return c, nil
+}
+
+// startError describes a failed start: the reason, how the process ended
+// if it did, and what it wrote to stderr.
+func (c *Context) startError(reason string) error {
+	select {
+	case <-c.proc.Done():
+		reason += " (" + c.proc.State().String() + ")"
+	case <-time.After(100 * time.Millisecond):
+	}
+	c.stderr.Sync()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &StartError{Language: c.lang.name, Reason: reason, Stderr: string(bytes.TrimSpace(c.startErr.Bytes()))}
+}
+
+// Language returns the context's language.
+func (c *Context) Language() string { return c.lang.name }
+
+// Version returns the interpreter's version, as its driver reported it.
+func (c *Context) Version() string { return c.version }
+
+// Pid returns the interpreter's process id (also its process group's).
+func (c *Context) Pid() int { return c.proc.Pid() }
+
+// Done is closed when the interpreter has exited.
+func (c *Context) Done() <-chan struct{} { return c.proc.Done() }
+
+// output takes a chunk of the driver's stdout or stderr: it goes to the
+// current run as it is (chunks are not cut into lines, as from a Jupyter
+// kernel); before ready, stderr is kept to explain a failed start; between
+// runs it is dropped (a thread the code left running has no reader).
+func (c *Context) output(typ string, b []byte) {
+	c.mu.Lock()
+	emit, starting := c.emit, c.starting
+	if starting && typ == api.EventStderr && c.startErr.Len() < maxStartStderr {
+		c.startErr.Write(b[:min(len(b), maxStartStderr-c.startErr.Len())])
+	}
+	c.mu.Unlock()
+	if emit != nil {
+		emit(api.Event{Type: typ, Text: string(b), Timestamp: nowMilli()})
+	}
+}
+
+// readReplies reads the driver's replies until EOF. A line that is not a
+// valid reply is dropped: the driver is execd's own, so it is a bug, but
+// never a reason to stall a run.
+func (c *Context) readReplies(f *os.File) {
+	defer close(c.replies)
+	defer f.Close()
+	var split lineSplitter
+	split.max = maxReplyLine
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		split.write(buf[:n], func(line []byte) {
+			if m, err := parseReply(line); err == nil {
+				c.replies <- m
+			}
+		}, func(error) {})
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Run executes code in the context and hands its events to emit as they
+// come: stdout and stderr chunks, execution_count and result, and on
+// failure status and error. It returns when the run is over; the caller
+// sends the terminal execution_complete. A timeout > 0 interrupts the run
+// at its deadline, and kills the context if the run has not ended
+// KillGrace later.
+//
+// Runs of one context happen one at a time, in the order they were asked
+// for. A run still waiting for its turn when ctx ends is dropped and Run
+// returns ctx's error; once started, a run goes on even if ctx ends (the
+// code may change state that later runs rely on; Interrupt stops it).
+func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, emit func(...api.Event)) error {
+	if err := c.queue.lock(ctx); err != nil {
+		return err
+	}
+	defer c.queue.unlock()
+
+	c.mu.Lock()
+	if c.closed || c.proc.Exited() {
+		c.mu.Unlock()
+		emit(c.deathEvents()...)
+		return nil
+	}
+	c.nextRun++
+	id := strconv.FormatUint(c.nextRun, 10)
+	c.emit = emit
+	c.running = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.emit = nil
+		c.running = false
+		c.mu.Unlock()
+	}()
+
+	req, err := json.Marshal(struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+		Code string `json:"code"`
+	}{"execute", id, code})
+	if err == nil {
+		_, err = c.requests.Write(append(req, '\n'))
+	}
+	if err != nil {
+		// The driver no longer reads its requests: it is dying.
+		c.kill()
+		c.syncOutput()
+		emit(c.deathEvents()...)
+		return nil
+	}
+
+	var deadline, kill <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	timedOut := false
+	for {
+		select {
+		case m, ok := <-c.replies:
+			if !ok {
+				// The driver is gone; what it wrote before is in the pipes.
+				<-c.proc.Done()
+				c.syncOutput()
+				emit(c.deathEvents()...)
+				return nil
+			}
+			if m.ID != id {
+				continue // a stale reply: never another run's
+			}
+			// Output written before the reply goes out before it.
+			c.syncOutput()
+			if m.Type == replyDone {
+				return nil
+			}
+			if timedOut && m.Type == replyError {
+				m = reply{Type: replyError, ID: id, EName: ENameTimeout,
+					EValue:    fmt.Sprintf("the run did not finish within %v and was interrupted", timeout),
+					Traceback: m.Traceback}
+			}
+			emit(m.events(nowMilli())...)
+		case <-deadline:
+			timedOut = true
+			c.interrupt()
+			kill = time.After(KillGrace)
+		case <-kill:
+			c.kill()
+			<-c.proc.Done()
+			c.syncOutput()
+			now := nowMilli()
+			emit(api.Event{Type: api.EventStatus, Text: "error", Timestamp: now},
+				api.Event{Type: api.EventError, Timestamp: now, Error: &api.ExecutionError{
+					EName: ENameTimeout,
+					EValue: fmt.Sprintf("the run did not finish within %v and did not stop when interrupted; the %s interpreter was killed and the context's state is lost",
+						timeout, c.lang.name),
+					Traceback: []string{},
+				}})
+			return nil
+		}
+	}
+}
+
+// syncOutput waits until everything the driver wrote so far to stdout and
+// stderr has been handed to the run.
+func (c *Context) syncOutput() {
+	c.stdout.Sync()
+	c.stderr.Sync()
+}
+
+// deathEvents are the events of a run in a context whose interpreter has
+// exited.
+func (c *Context) deathEvents() []api.Event {
+	now := nowMilli()
+	return []api.Event{
+		{Type: api.EventStatus, Text: "error", Timestamp: now},
+		{Type: api.EventError, Timestamp: now, Error: &api.ExecutionError{
+			EName:     ENameContextDied,
+			EValue:    c.DeathReason(),
+			Traceback: []string{},
+		}},
+	}
+}
+
+// DeathReason says how the interpreter ended: "the python interpreter
+// exited with status 1", "... was killed by signal: killed". It is only
+// meaningful once Done is closed.
+func (c *Context) DeathReason() string {
+	st := c.proc.State()
+	if st.Code == -1 && st.Signal != 0 {
+		return fmt.Sprintf("the %s interpreter was killed (%s); the context is gone", c.lang.name, st)
+	}
+	return fmt.Sprintf("the %s interpreter exited (%s); the context is gone", c.lang.name, st)
+}
+
+// Interrupt stops the code running in the context, if any: the run ends
+// with the language's interrupt error and the context keeps its state.
+// It reports whether a run was in progress.
+func (c *Context) Interrupt() bool {
+	c.mu.Lock()
+	running := c.running
+	c.mu.Unlock()
+	if running {
+		c.interrupt()
+	}
+	return running
+}
+
+func (c *Context) interrupt() {
+	switch c.lang.interrupt {
+	case byPipe:
+		c.interrupts.Write([]byte{'\n'})
+	default:
+		c.proc.Signal(syscall.SIGINT)
+	}
+}
+
+// Close ends the context: its driver is asked to exit, and it and
+// everything the code started are killed if it has not after a short
+// grace. A run in progress ends as if the context had died. Close returns
+// when the interpreter has exited.
+func (c *Context) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.proc.Done()
+		return
+	}
+	c.closed = true
+	running := c.running
+	c.mu.Unlock()
+	if running {
+		c.kill()
+		return
+	}
+	c.requests.Close()
+	select {
+	case <-c.proc.Done():
+		c.proc.Signal(syscall.SIGKILL) // what the code left behind
+	case <-time.After(500 * time.Millisecond):
+		c.kill()
+	}
+	if c.interrupts != nil {
+		c.interrupts.Close()
+	}
+}
+
+// kill kills the interpreter's process group and waits for it to exit.
+func (c *Context) kill() {
+	c.proc.Signal(syscall.SIGKILL)
+	<-c.proc.Done()
+	c.requests.Close()
+	if c.interrupts != nil {
+		c.interrupts.Close()
+	}
+}
+
+// fifo is a lock granted in the order it was asked for.
+type fifo struct {
+	mu      sync.Mutex
+	held    bool
+	waiters []chan struct{}
+}
+
+// lock takes the lock, or gives up when ctx ends first.
+func (q *fifo) lock(ctx context.Context) error {
+	q.mu.Lock()
+	if !q.held {
+		q.held = true
+		q.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	q.waiters = append(q.waiters, ch)
+	q.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		q.mu.Lock()
+		for i, w := range q.waiters {
+			if w == ch {
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				q.mu.Unlock()
+				return ctx.Err()
+			}
+		}
+		q.mu.Unlock()
+		// Granted while giving up: pass it on.
+		q.unlock()
+		return ctx.Err()
+	}
+}
+
+// unlock hands the lock to the longest waiter, or frees it.
+func (q *fifo) unlock() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiters) == 0 {
+		q.held = false
+		return
+	}
+	ch := q.waiters[0]
+	q.waiters = q.waiters[1:]
+	close(ch)
+}
+
+// Busy reports whether a run is in progress or waiting.
+func (c *Context) Busy() bool {
+	c.queue.mu.Lock()
+	defer c.queue.mu.Unlock()
+	return c.queue.held
+}
