@@ -220,7 +220,7 @@ func (s *Server) newCodeContext(ctx context.Context, language, dir string, isDef
 // startCodeContext starts cc's interpreter or shell.
 func (s *Server) startCodeContext(ctx context.Context, cc *codeContext) error {
 	if cc.language == langBash {
-		ss := &session{id: cc.id, dir: cc.cwd, run: make(chan struct{}, 1)}
+		ss := &session{id: cc.id, dir: cc.cwd, raw: true, run: make(chan struct{}, 1)}
 		ss.mu.Lock()
 		err := s.startShell(ss)
 		ss.mu.Unlock()

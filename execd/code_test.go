@@ -176,17 +176,8 @@ func TestCodeBashContext(t *testing.T) {
 	ctx := &api.CodeContext{ID: cc.ID, Language: "bash"}
 	runCodeIn(t, c, api.RunCodeRequest{Code: "v=7; f() { echo \"f$1\"; }; mkdir -p sub; cd sub", Context: ctx})
 	r := runCodeIn(t, c, api.RunCodeRequest{Code: "echo $v; f x; pwd", Context: ctx})
-	if r.stdout != "7fx"+filepath.Join(dir, "sub") && r.stdout != "7"+"fx"+filepath.Join(dir, "sub") {
-		// Lines come one event each, without their newline.
-		lines := []string{}
-		for _, ev := range r.events {
-			if ev.Type == api.EventStdout {
-				lines = append(lines, ev.Text)
-			}
-		}
-		if strings.Join(lines, "|") != "7|fx|"+filepath.Join(dir, "sub") {
-			t.Fatalf("bash state: %q", lines)
-		}
+	if r.stdout != "7\nfx\n"+filepath.Join(dir, "sub")+"\n" {
+		t.Fatalf("bash state: %q", r.stdout)
 	}
 	r = runCodeIn(t, c, api.RunCodeRequest{Code: "exit_code() { return 3; }; exit_code", Context: ctx})
 	if r.err == nil || r.err.EName != api.ErrorNameCommand || r.err.EValue != "3" {
@@ -204,7 +195,7 @@ func TestCodeBashContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("interrupt did not end the bash run")
 	}
-	if r := runCodeIn(t, c, api.RunCodeRequest{Code: "echo $v", Context: ctx}); r.stdout != "7" {
+	if r := runCodeIn(t, c, api.RunCodeRequest{Code: "echo $v", Context: ctx}); r.stdout != "7\n" {
 		t.Fatalf("bash state after interrupt %+v", r)
 	}
 }

@@ -40,6 +40,9 @@ const (
 type session struct {
 	id  string
 	dir string // starting directory of the shell
+	// raw sends output as it comes, in chunks with their newlines, as a
+	// code context's stream carries it, instead of one event per line.
+	raw bool
 
 	// run serializes runs: a run waits for the one before it.
 	run chan struct{}
@@ -249,6 +252,12 @@ func readStatuses(f *os.File, out chan<- runStatus) {
 func (ss *session) write(b []byte) {
 	ss.outMu.Lock()
 	defer ss.outMu.Unlock()
+	if ss.raw {
+		if ss.out != nil {
+			ss.out.send(api.Event{Type: api.EventStdout, Text: string(b), Timestamp: time.Now().UnixMilli()})
+		}
+		return
+	}
 	ss.lines.Write(b, ss.emitLocked)
 }
 

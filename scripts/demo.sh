@@ -95,6 +95,10 @@ echo "$created"
 sandbox=$(echo "$created" | sed -nE 's/.*"id": "([^"]*)".*/\1/p')
 echo "\$ osb command run $sandbox -- python3 -c 'print(1 + 1)'"
 ./bin/osb command run "$sandbox" -- python3 -c 'print(1 + 1)'
+echo "\$ osb code run $sandbox -c 'x = 20'   # a stateful python context"
+./bin/osb code run "$sandbox" -c 'x = 20'
+echo "\$ osb code run $sandbox -c 'x + 22'"
+./bin/osb code run "$sandbox" -c 'x + 22'
 echo "\$ osb sandbox kill $sandbox"
 ./bin/osb sandbox kill "$sandbox"
 sandbox=""

@@ -12,6 +12,8 @@ package interp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -307,7 +309,9 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, e
 		return nil
 	}
 	c.nextRun++
-	id := strconv.FormatUint(c.nextRun, 10)
+	// The code runs in the driver's process and could write on its reply
+	// pipe; an id it cannot guess keeps a stray line from ending a run.
+	id := strconv.FormatUint(c.nextRun, 10) + "-" + randomHex()
 	c.emit = emit
 	c.running = true
 	c.mu.Unlock()
@@ -478,6 +482,13 @@ func (c *Context) kill() {
 	if c.interrupts != nil {
 		c.interrupts.Close()
 	}
+}
+
+// randomHex returns 16 random hex digits.
+func randomHex() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // fifo is a lock granted in the order it was asked for.
