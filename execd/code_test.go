@@ -144,7 +144,9 @@ func TestCodeInterruptOverHTTP(t *testing.T) {
 	ctx := &api.CodeContext{ID: cc.ID, Language: "python"}
 	runCodeIn(t, c, api.RunCodeRequest{Code: "kept = 'yes'", Context: ctx})
 	done := make(chan codeRun)
-	go func() { done <- runCodeIn(t, c, api.RunCodeRequest{Code: "print('started', flush=True)\nwhile True: pass", Context: ctx}) }()
+	go func() {
+		done <- runCodeIn(t, c, api.RunCodeRequest{Code: "print('started', flush=True)\nwhile True: pass", Context: ctx})
+	}()
 	time.Sleep(300 * time.Millisecond)
 	c.call("DELETE", "/code?id="+cc.ID, nil, 200, nil)
 	select {
