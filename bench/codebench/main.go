@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,14 +95,19 @@ func main() {
 	removeContainers()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	var interrupted atomic.Bool
 	go func() {
 		<-sig
+		interrupted.Store(true)
 		fmt.Fprintln(os.Stderr, "codebench: interrupted, removing the containers")
 		removeContainers()
 		os.Exit(130)
 	}()
 	start := time.Now()
 	rows, err := runAll(set)
+	if interrupted.Load() {
+		select {} // the signal's goroutine cleans up and exits
+	}
 	removeContainers()
 	rep := report.Report{Benchmark: "code", Subject: "execd /code", Mode: *mode,
 		RatioNote:   "how many times faster execd's code interpreter is than the baseline (baseline time / execd time)",
