@@ -145,6 +145,8 @@ type bench struct {
 	hc    *http.Client
 }
 
+// runAll builds execd, starts the container and measures every language;
+// the rows measured before an error are returned with it.
 func runAll(set settings) (rows []row, err error) {
 	tmp, err := os.MkdirTemp("", "codebench-")
 	if err != nil {
@@ -387,6 +389,7 @@ func timeRow(name string, ours, theirs []time.Duration, baseName, target, note s
 	return r
 }
 
+// progress prints one measure on stderr as the run goes.
 func progress(what string, ds []time.Duration) {
 	fmt.Fprintf(os.Stderr, "  %s: p50 %.2f ms, p99 %.2f ms, mean %.2f ms (%d runs)\n",
 		what, report.Percentile(ds, 0.5), report.Percentile(ds, 0.99), mean(ds), len(ds))
@@ -404,6 +407,8 @@ func mean(ds []time.Duration) float64 {
 	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
 }
 
+// dockerOut runs the docker CLI and returns its combined output; a
+// failure carries the output.
 func dockerOut(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -414,6 +419,8 @@ func dockerOut(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// req builds a request to execd with the token and, when body is not
+// nil, body as JSON.
 func (b *bench) req(method, path string, body any) *http.Request {
 	var r io.Reader
 	if body != nil {
@@ -428,6 +435,7 @@ func (b *bench) req(method, path string, body any) *http.Request {
 	return req
 }
 
+// waitReady waits until execd answers /ping.
 func (b *bench) waitReady() error {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		resp, err := b.hc.Do(b.req("GET", "/ping", nil))
@@ -477,6 +485,7 @@ func (b *bench) createContext(language string) (string, error) {
 	return cc.ID, nil
 }
 
+// deleteContext ends a code context.
 func (b *bench) deleteContext(id string) error {
 	resp, err := b.hc.Do(b.req("DELETE", "/code/contexts/"+id, nil))
 	if err != nil {
