@@ -44,6 +44,7 @@ bench: build images ## performance harnesses against the Docker engine alone (BE
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/serverbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/cpbench -mode $(BENCH) -out bench/results
+	$(GO) run ./bench/codebench -mode $(BENCH) -out bench/results
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@./scripts/fuzz.sh $${FUZZTIME:-30s}
