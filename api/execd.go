@@ -208,6 +208,20 @@ type ArchiveStats struct {
 	Bytes   int64 `json:"bytes"`   // content bytes of the regular files
 }
 
+// ClaimRequest is the body of POST /claim, which hands a pre-started
+// sandbox of a warm pool to its user: the lifecycle server sends it once,
+// with the pool's token, right after the claim. Not in the reference
+// daemon.
+type ClaimRequest struct {
+	// Token replaces the access token; the old one stops working.
+	Token string `json:"token"`
+	// Env is added to the environment of every process started after the
+	// claim, the entrypoint included.
+	Env map[string]string `json:"env,omitempty"`
+	// Entrypoint, when set, is started as the sandbox's main process.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+}
+
 // CodeContext is a stateful interpreter session of the /code routes.
 type CodeContext struct {
 	ID       string `json:"id,omitempty"`

@@ -25,9 +25,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.cfg.AccessToken == "" {
 		return http.NewCrossOriginProtection().Handler(next)
 	}
-	// Comparing digests keeps even the token's length secret.
-	want := sha256.Sum256([]byte(s.cfg.AccessToken))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Comparing digests keeps even the token's length secret. The
+		// token changes once if the sandbox is claimed from a pool.
+		want := s.tokenDigest.Load()
 		got := sha256.Sum256([]byte(r.Header.Get(api.HeaderExecdToken)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			httpx.WriteJSON(w, http.StatusUnauthorized, unauthorized)

@@ -30,16 +30,22 @@ func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 		Stdout: os.Stdout, Stderr: os.Stderr,
 	}}
 	p.spec.Path, p.err = lookPath(argv[0], p.spec.Env)
+	e := &Entrypoint{cmd: c}
+	s.entry.Store(e)
 	if err := s.start(c, p); err != nil {
-		return &Entrypoint{cmd: c}, err
+		return e, err
 	}
 	go func() {
 		st := c.proc.State()
 		c.finish(st.Code, stateError(st))
 		s.log.Info("entrypoint exited", "status", st.String())
 	}()
-	return &Entrypoint{cmd: c}, nil
+	return e, nil
 }
+
+// Entrypoint returns the entrypoint, nil until one has been started (at
+// start, or by a claim).
+func (s *Server) Entrypoint() *Entrypoint { return s.entry.Load() }
 
 // Running reports whether the entrypoint is still running.
 func (e *Entrypoint) Running() bool { return e.cmd.proc != nil && !e.cmd.proc.Exited() }

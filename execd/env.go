@@ -7,6 +7,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // privateEnv lists execd's own variables, which commands never see.
@@ -20,6 +21,8 @@ type environment struct {
 	file string   // EXECD_ENVS file, re-read at every start
 	home string   // execd user's home
 	cwd  string   // execd's working directory
+	// claimed holds the variables a pool claim added, set once.
+	claimed atomic.Pointer[map[string]string]
 }
 
 func newEnvironment(file string) (*environment, error) {
@@ -42,7 +45,7 @@ func newEnvironment(file string) (*environment, error) {
 }
 
 // build returns the environment of a new process: execd's own, then the
-// EXECD_ENVS file, then extra, each overriding the one before; then the
+// EXECD_ENVS file, then the claim's variables, then extra, each overriding the one before; then the
 // identity variables of u when it is set.
 func (e *environment) build(extra map[string]string, u *identity) []string {
 	vars := make(map[string]string, len(e.base)+len(extra)+4)
@@ -63,6 +66,11 @@ func (e *environment) build(extra map[string]string, u *identity) []string {
 		entries, _ := readEnvFile(e.file, func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
 		for _, kv := range entries {
 			set(kv[0], kv[1])
+		}
+	}
+	if claimed := e.claimed.Load(); claimed != nil {
+		for k, v := range *claimed {
+			set(k, v)
 		}
 	}
 	for k, v := range extra {

@@ -4,6 +4,7 @@ import "net/http"
 
 // routes lists the whole execd API.
 func (s *Server) routes() {
+	s.mux.Handle("POST /claim", s.handle(s.claimSandbox))
 	s.mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {})
 
 	s.mux.Handle("POST /command", s.handle(s.runCommand))

@@ -8,6 +8,7 @@ package execd
 import (
 	"cmp"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -120,6 +122,14 @@ type Server struct {
 
 	requests atomic.Uint64 // requests served, for the janitor
 
+	// tokenDigest is the SHA-256 of the access token clients must send.
+	tokenDigest atomic.Pointer[[32]byte]
+	// claim serializes claims; claimed is set by the first.
+	claim   sync.Mutex
+	claimed bool
+	// entry is the entrypoint, once started.
+	entry atomic.Pointer[Entrypoint]
+
 	stop chan struct{}
 }
 
@@ -146,6 +156,8 @@ func New(cfg Config) (*Server, error) {
 		priv: priv,
 		stop: make(chan struct{}),
 	}
+	digest := sha256.Sum256([]byte(cfg.AccessToken))
+	s.tokenDigest.Store(&digest)
 	s.commands = newCommandTable(cfg.RecordTTL, cfg.MaxRecords)
 	s.sessions = newSessionTable()
 	s.code = newCodeTable(cfg.MaxCodeContexts)

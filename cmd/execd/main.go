@@ -185,9 +185,8 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	var entry *execd.Entrypoint
 	if len(m.Entrypoint) > 0 {
-		if entry, err = srv.StartEntrypoint(m.Entrypoint); err != nil {
+		if _, err = srv.StartEntrypoint(m.Entrypoint); err != nil {
 			// The sandbox stays usable; the failure is visible in the
 			// entrypoint's status.
 			log.Error("entrypoint did not start", "argv", m.Entrypoint, "err", err)
@@ -204,7 +203,8 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 			return 1, fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
 			s := sig.(syscall.Signal)
-			if entry != nil && entry.Running() {
+			// The entrypoint may have been started since by a claim.
+			if entry := srv.Entrypoint(); entry != nil && entry.Running() {
 				entry.Signal(s)
 			}
 			if s == syscall.SIGTERM || s == syscall.SIGINT {
@@ -220,7 +220,7 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 	hs.Shutdown(shutdownCtx)
 	cancel()
-	if entry != nil {
+	if entry := srv.Entrypoint(); entry != nil {
 		return entry.ExitCode(), nil
 	}
 	return 0, nil
