@@ -215,3 +215,56 @@ type Health struct {
 	// other implementations may not).
 	Version string `json:"version,omitempty"`
 }
+
+// PoolTemplate is what a warm pool's sandboxes are made from, on Docker:
+// the create request's image, entrypoint, env and resourceLimits.
+type PoolTemplate struct {
+	Image          *ImageSpec        `json:"image,omitempty"`
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
+}
+
+// CapacitySpec bounds a warm pool: ready sandboxes are refilled to
+// BufferMax when they fall below BufferMin; the pool's sandboxes, handed
+// out ones included, number from PoolMin to PoolMax.
+type CapacitySpec struct {
+	BufferMax int `json:"bufferMax"`
+	BufferMin int `json:"bufferMin"`
+	PoolMax   int `json:"poolMax"`
+	PoolMin   int `json:"poolMin"`
+}
+
+// PoolRequest is the body of POST /pools and PUT /pools/{name}.
+type PoolRequest struct {
+	Name         string        `json:"name"`
+	Template     *PoolTemplate `json:"template"`
+	CapacitySpec *CapacitySpec `json:"capacitySpec"`
+}
+
+// PoolStatus is what a pool holds. Starting, Claims, Misses and Error are
+// not in the reference.
+type PoolStatus struct {
+	Total     int    `json:"total"`
+	Allocated int    `json:"allocated"`
+	Available int    `json:"available"`
+	Revision  string `json:"revision"`
+	Starting  int    `json:"starting"`
+	Claims    uint64 `json:"claims"`
+	Misses    uint64 `json:"misses"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Pool is a warm pool on the wire.
+type Pool struct {
+	Name         string        `json:"name"`
+	Template     *PoolTemplate `json:"template,omitempty"`
+	CapacitySpec CapacitySpec  `json:"capacitySpec"`
+	Status       *PoolStatus   `json:"status,omitempty"`
+	CreatedAt    *time.Time    `json:"createdAt,omitempty"`
+}
+
+// ListPoolsResponse answers GET /pools.
+type ListPoolsResponse struct {
+	Items []Pool `json:"items"`
+}

@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -124,7 +127,51 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 		}
 		spec.Image = image
 	}
+	if p, ok := m.rt.(sandbox.Pooler); ok && spec.SnapshotID == "" {
+		poolRef := strings.TrimSpace(spec.Extensions[extPoolRef])
+		sb, err := p.Claim(ctx, poolRef, spec)
+		switch {
+		case err == nil:
+			return sb, nil
+		case poolRef != "" && errors.Is(err, sandbox.ErrPoolEmpty):
+			// Nothing warm: made cold from the pool's template.
+			info, gerr := p.GetPool(ctx, poolRef)
+			if gerr != nil {
+				return nil, gerr
+			}
+			spec = fromTemplate(spec, &info.Template)
+		case poolRef != "":
+			return nil, err
+		case !errors.Is(err, sandbox.ErrPoolEmpty):
+			m.log.Warn("claim from a matching warm pool failed; creating cold", "err", err)
+		}
+	}
 	return m.rt.Create(ctx, sandbox.NewID(), spec)
+}
+
+// fromTemplate fills what a pool-mode create left out from the pool's
+// template: image, entrypoint, resources, and environment under the
+// request's own variables.
+func fromTemplate(spec sandbox.Spec, t *sandbox.Spec) sandbox.Spec {
+	if spec.Image == "" {
+		spec.Image = t.Image
+	}
+	if len(spec.Entrypoint) == 0 {
+		spec.Entrypoint = slices.Clone(t.Entrypoint)
+	}
+	if len(spec.Entrypoint) == 0 {
+		spec.Entrypoint = slices.Clone(snapshotEntrypoint)
+	}
+	if spec.Resources == (sandbox.Resources{}) {
+		spec.Resources = t.Resources
+	}
+	env := maps.Clone(t.Env)
+	if env == nil && len(spec.Env) > 0 {
+		env = map[string]string{}
+	}
+	maps.Copy(env, spec.Env)
+	spec.Env = env
+	return spec
 }
 
 // Renew moves a sandbox's expiry to at, which must be in the future (and

@@ -40,11 +40,11 @@ func (s *Server) routes() {
 		{"GET", "/sandboxes/{id}/diagnostics/inspect", s.diagnosticInspect},
 		{"GET", "/sandboxes/{id}/diagnostics/summary", s.diagnosticSummary},
 
-		{"GET", "/pools", s.pools},
-		{"POST", "/pools", s.pools},
-		{"GET", "/pools/{name}", s.pools},
-		{"PUT", "/pools/{name}", s.pools},
-		{"DELETE", "/pools/{name}", s.pools},
+		{"GET", "/pools", s.listPools},
+		{"POST", "/pools", s.createPool},
+		{"GET", "/pools/{name}", s.getPool},
+		{"PUT", "/pools/{name}", s.updatePool},
+		{"DELETE", "/pools/{name}", s.deletePool},
 	}
 	allowed := map[string][]string{}
 	for _, prefix := range []string{"", "/v1"} {
@@ -75,7 +75,3 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy", Version: s.cfg.Version})
 }
 
-// pools answers every /pools route until warm pools exist.
-func (s *Server) pools(w http.ResponseWriter, r *http.Request) error {
-	return httpErr(http.StatusNotImplemented, codePoolNotImpl, "warm pools are not available on this server yet")
-}

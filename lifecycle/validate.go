@@ -51,13 +51,24 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	if err := checkExtensions(req.Extensions); err != nil {
 		return spec, err
 	}
-	if strings.TrimSpace(req.Extensions[extPoolRef]) != "" {
-		return spec, invalid(codeUnsupportedPool, "extensions.poolRef: warm pools are not available on this server yet")
+	poolRef := strings.TrimSpace(req.Extensions[extPoolRef])
+	if poolRef != "" {
+		if _, ok := s.rt.(sandbox.Pooler); !ok {
+			return spec, invalid(codeUnsupportedPool, "extensions.poolRef: this server's runtime has no warm pools")
+		}
+		if strings.TrimSpace(req.SnapshotID) != "" {
+			return spec, invalid(codeInvalidParameter, "extensions.poolRef and snapshotId cannot be used together")
+		}
+		if req.CredentialProxy != nil && req.CredentialProxy.Enabled {
+			return spec, invalid(codeInvalidParameter, "credentialProxy cannot be used with extensions.poolRef")
+		}
 	}
 	spec.Extensions = maps.Clone(req.Extensions)
 
 	snapshotID := strings.TrimSpace(req.SnapshotID)
 	switch {
+	case poolRef != "" && req.Image == nil:
+		// Pool mode: the pool's template gives the image.
 	case req.Image != nil && snapshotID != "":
 		return spec, invalid(codeInvalidParameter, "give exactly one of image and snapshotId, not both")
 	case req.Image == nil && snapshotID == "":
@@ -73,7 +84,7 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 		if a := req.Image.Auth; a != nil {
 			spec.ImageAuth = &sandbox.RegistryAuth{Username: a.Username, Password: a.Password}
 		}
-		if req.Entrypoint == nil {
+		if req.Entrypoint == nil && poolRef == "" {
 			return spec, invalid(s.runtimeCode("INVALID_ENTRYPOINT"), "entrypoint is required with image")
 		}
 	default:
@@ -81,11 +92,13 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	}
 
 	spec.Entrypoint = slices.Clone(req.Entrypoint)
-	if spec.Entrypoint == nil {
+	if spec.Entrypoint == nil && poolRef == "" {
 		spec.Entrypoint = slices.Clone(snapshotEntrypoint)
 	}
-	if err := checkEntrypoint(spec.Entrypoint); err != nil {
-		return spec, invalid(s.runtimeCode("INVALID_ENTRYPOINT"), "entrypoint: %v", err)
+	if spec.Entrypoint != nil {
+		if err := checkEntrypoint(spec.Entrypoint); err != nil {
+			return spec, invalid(s.runtimeCode("INVALID_ENTRYPOINT"), "entrypoint: %v", err)
+		}
 	}
 
 	if req.Timeout != nil {
@@ -96,14 +109,16 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 		spec.ExpiresAt = &at
 	}
 
-	if req.ResourceLimits == nil {
+	if req.ResourceLimits == nil && poolRef == "" {
 		return spec, invalid(codeInvalidParameter, "resourceLimits is required (for example {\"cpu\":\"1\",\"memory\":\"2Gi\"})")
 	}
-	res, err := parseResources(req.ResourceLimits)
-	if err != nil {
-		return spec, invalid(codeInvalidParameter, "resourceLimits: %v", err)
+	if req.ResourceLimits != nil {
+		res, err := parseResources(req.ResourceLimits)
+		if err != nil {
+			return spec, invalid(codeInvalidParameter, "resourceLimits: %v", err)
+		}
+		spec.Resources = res
 	}
-	spec.Resources = res
 
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		v := req.Env[k]

@@ -13,7 +13,11 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/httpx"
+	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // configVersion is the version of the configuration file format this
@@ -26,6 +30,39 @@ type fileConfig struct {
 	Version int           `toml:"version"`
 	Server  serverConfig  `toml:"server"`
 	Runtime runtimeConfig `toml:"runtime"`
+	Pools   []poolConfig  `toml:"pools"`
+}
+
+// poolConfig is one [[pools]] table: a warm pool the server keeps.
+type poolConfig struct {
+	Name           string            `toml:"name"`
+	Image          string            `toml:"image"`
+	Entrypoint     []string          `toml:"entrypoint"`
+	Env            map[string]string `toml:"env"`
+	ResourceLimits map[string]string `toml:"resource_limits"`
+	BufferMin      int               `toml:"buffer_min"`
+	BufferMax      int               `toml:"buffer_max"`
+	PoolMin        int               `toml:"pool_min"`
+	PoolMax        int               `toml:"pool_max"`
+}
+
+// definition is the pool p describes, validated as the /pools routes do.
+func (p *poolConfig) definition() (sandbox.Pool, error) {
+	def, err := lifecycle.PoolFromRequest(&api.PoolRequest{
+		Name: p.Name,
+		Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: p.Image}, Entrypoint: p.Entrypoint,
+			Env: p.Env, ResourceLimits: p.ResourceLimits},
+		CapacitySpec: &api.CapacitySpec{BufferMin: p.BufferMin, BufferMax: p.BufferMax, PoolMin: p.PoolMin, PoolMax: p.PoolMax},
+	})
+	if err != nil {
+		var he *httpx.Error
+		if errors.As(err, &he) {
+			err = errors.New(he.Message)
+		}
+		return def, err
+	}
+	def.FromConfig = true
+	return def, nil
 }
 
 type serverConfig struct {
@@ -155,6 +192,17 @@ func (c *fileConfig) validate() error {
 	default:
 		return fmt.Errorf("server.log_format: %q is not text or json", s.LogFormat)
 	}
+	seen := map[string]bool{}
+	for i := range c.Pools {
+		def, err := c.Pools[i].definition()
+		if err != nil {
+			return fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		if seen[def.Name] {
+			return fmt.Errorf("pools[%d]: pool %s is defined twice", i, def.Name)
+		}
+		seen[def.Name] = true
+	}
 	switch c.Runtime.Type {
 	case "docker":
 	case "kubernetes":
@@ -259,6 +307,21 @@ pids_limit = 4096
 block_metadata = true
 # Further IPv4 ranges sandboxes may not reach, e.g. ["10.0.0.0/8"].
 blocked_cidrs = []
+
+# Warm pools: sandboxes started ahead of time, so that a create takes
+# milliseconds. A create with extensions.poolRef = "NAME" claims from the
+# pool; a create whose image and resource limits match a pool's claims from
+# it too. Pools can also be managed at run time through /v1/pools.
+# [[pools]]
+# name = "python"
+# image = "opensandbox/python:3.11"
+# entrypoint = ["tail", "-f", "/dev/null"]   # started when a sandbox is claimed
+# env = { }
+# resource_limits = { cpu = "1", memory = "2Gi" }
+# buffer_min = 2      # refill when fewer are ready...
+# buffer_max = 4      # ...up to this many ready
+# pool_min = 0        # the pool's sandboxes, handed out ones included
+# pool_max = 50
 `
 
 // writeExample writes the example configuration for runtime to path, with

@@ -74,6 +74,9 @@ func (m *Main) Run(ctx context.Context) error {
 		rt = drt
 	}
 	defer rt.Close()
+	if err := syncPools(ctx, rt, cfg.Pools, log); err != nil {
+		return err
+	}
 
 	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log})
 	srv, err := lifecycle.New(mgr, lifecycle.Config{
@@ -130,4 +133,48 @@ func (m *Main) Run(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// syncPools makes the runtime's pools from the configuration what the
+// configuration says: new ones created, changed ones updated, and those no
+// longer in it deleted. Pools made through the API are left alone.
+func syncPools(ctx context.Context, rt sandbox.Runtime, pools []poolConfig, log *slog.Logger) error {
+	p, ok := rt.(sandbox.Pooler)
+	if !ok {
+		if len(pools) > 0 {
+			return errors.New("pools: this runtime has no warm pools")
+		}
+		return nil
+	}
+	want := map[string]bool{}
+	for i := range pools {
+		def, err := pools[i].definition()
+		if err != nil {
+			return fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		want[def.Name] = true
+		if _, err := p.GetPool(ctx, def.Name); errors.Is(err, sandbox.ErrNotFound) {
+			_, err = p.CreatePool(ctx, def)
+			if err != nil {
+				return fmt.Errorf("pool %s: %w", def.Name, err)
+			}
+			continue
+		}
+		if _, err := p.UpdatePool(ctx, def); err != nil {
+			return fmt.Errorf("pool %s: %w", def.Name, err)
+		}
+	}
+	have, err := p.ListPools(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range have {
+		if info.FromConfig && !want[info.Name] {
+			log.Info("deleting a pool no longer in the configuration", "pool", info.Name)
+			if err := p.DeletePool(ctx, info.Name); err != nil {
+				return fmt.Errorf("pool %s: %w", info.Name, err)
+			}
+		}
+	}
+	return nil
 }

@@ -185,6 +185,8 @@ const (
 	labelExpires    = "opensandbox.expires"
 	labelSecure     = "opensandbox.secure-access"
 	labelPlatform   = "opensandbox.platform"
+	// labelPool marks a container started for a warm pool.
+	labelPool = "opensandbox.pool"
 	// labelVolumeOwner marks a named volume the runtime created for a
 	// sandbox.
 	labelVolumeOwner = "opensandbox.volume-owner"
@@ -203,7 +205,7 @@ func containerName(id sandbox.ID) string { return "osb-" + string(id) }
 // Every label is written, empty when it has no value: a container made
 // from a snapshot would otherwise inherit the labels of the sandbox the
 // snapshot was taken from.
-func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created time.Time, token string) (*container.Config, *container.HostConfig, *ocispec.Platform, error) {
+func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created time.Time, token, pool string) (*container.Config, *container.HostConfig, *ocispec.Platform, error) {
 	labels := map[string]string{
 		labelScope:    cfg.LabelScope,
 		labelID:       string(id),
@@ -220,6 +222,9 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	}
 	if spec.ExpiresAt != nil {
 		labels[labelExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if pool != "" {
+		labels[labelPool] = pool
 	}
 	var platform *ocispec.Platform
 	if spec.Platform != nil {

@@ -55,6 +55,10 @@ type Runtime struct {
 
 	mu   sync.Mutex
 	byID map[sandbox.ID]*entry
+	// pools are the warm pools, by name; guarded by mu.
+	pools map[string]*poolState
+	// poolWake asks the pool loop to look at the pools now.
+	poolWake chan struct{}
 }
 
 // entry is the index's view of one sandbox. Fields are guarded by
@@ -77,6 +81,15 @@ type entry struct {
 	done     chan struct{}
 	deleting bool
 	oomed    bool // the engine reported an out-of-memory kill
+
+	// pool is the warm pool holding the sandbox until it is claimed:
+	// while set, the sandbox is invisible to the API. from names the pool
+	// it came from, for good; revision is the pool template's revision it
+	// was made from; claiming marks a claim under way.
+	pool     string
+	from     string
+	revision int64
+	claiming bool
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
@@ -140,7 +153,8 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, runtimes: runtimes,
-		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{}}
+		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{},
+		pools: map[string]*poolState{}, poolWake: make(chan struct{}, 1)}
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
 	r.pulls = newPulls(eng, r.log, cfg.PullTimeout)
 	defer func() {
@@ -156,11 +170,15 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 			return nil, err
 		}
 	}
+	if err := r.loadPools(); err != nil {
+		return nil, err
+	}
 	if err := r.rebuild(ctx); err != nil {
 		return nil, err
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.watchEvents()
+	go r.poolLoop()
 	return r, nil
 }
 
@@ -212,7 +230,7 @@ func cloneSandbox(sb *sandbox.Sandbox) *sandbox.Sandbox {
 // getLocked returns the entry of id, or ErrNotFound. r.mu must be held.
 func (r *Runtime) getLocked(id sandbox.ID) (*entry, error) {
 	e, ok := r.byID[id]
-	if !ok || e.deleting {
+	if !ok || e.deleting || e.pool != "" {
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 	}
 	return e, nil
@@ -268,10 +286,16 @@ func (r *Runtime) updateRecord(id sandbox.ID, apply func(e *entry) (func(*record
 // at once with the sandbox Pending. Inputs that cannot work (a named
 // volume that may not be used, a runtime the engine lacks) fail here,
 // before anything is made.
-func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (_ *sandbox.Sandbox, retErr error) {
+func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	return r.create(ctx, id, spec, "", 0)
+}
+
+// create makes a sandbox, or with pool set a warm sandbox of that pool's
+// template revision, which stays invisible until claimed.
+func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, pool string, revision int64) (*sandbox.Sandbox, error) {
 	created := time.Now().UTC()
 	token := newToken()
-	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token); err != nil {
+	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token, pool); err != nil {
 		return nil, err
 	}
 	if rt := spec.Extensions[extRuntime]; rt != "" && rt != "runc" && !r.runtimes[rt] {
@@ -286,13 +310,14 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 		ID: id, Image: spec.Image, SnapshotID: spec.SnapshotID, Entrypoint: slices.Clone(spec.Entrypoint),
 		Metadata: maps.Clone(spec.Metadata), Extensions: maps.Clone(spec.Extensions), Platform: spec.Platform,
 		SecureAccess: spec.SecureAccess, CreatedAt: created, ExpiresAt: spec.ExpiresAt,
-		NeededAuth: spec.ImageAuth != nil, Token: token,
+		NeededAuth: spec.ImageAuth != nil, Token: token, Pool: pool, PoolRevision: revision,
 	}
 	stored := spec
 	stored.ImageAuth = nil
 	rec.Spec = &stored
 
 	e := newEntry(recordSandbox(rec), token)
+	e.pool, e.from, e.revision = pool, pool, revision
 	r.mu.Lock()
 	if _, exists := r.byID[id]; exists {
 		r.mu.Unlock()
@@ -349,7 +374,7 @@ func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	defer r.mu.Unlock()
 	out := make([]*sandbox.Sandbox, 0, len(r.byID))
 	for _, e := range r.byID {
-		if !e.deleting {
+		if !e.deleting && e.pool == "" {
 			out = append(out, cloneSandbox(&e.sb))
 		}
 	}
@@ -367,10 +392,28 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 		r.mu.Unlock()
 		return err
 	}
+	return r.removeLocked(ctx, e)
+}
+
+// removeLocked deletes e's sandbox; r.mu is held on entry and released.
+func (r *Runtime) removeLocked(ctx context.Context, e *entry) error {
+	cancel, done := r.markDeletingLocked(e)
+	r.mu.Unlock()
+	return r.remove(ctx, e, cancel, done)
+}
+
+// markDeletingLocked marks e as being deleted and returns what stops its
+// provisioning, if any. r.mu must be held.
+func (r *Runtime) markDeletingLocked(e *entry) (context.CancelFunc, chan struct{}) {
 	e.deleting = true
 	e.gen++
-	cancel, done := e.cancel, e.done
-	r.mu.Unlock()
+	return e.cancel, e.done
+}
+
+// remove deletes the sandbox of e, marked deleting, with everything made
+// for it.
+func (r *Runtime) remove(ctx context.Context, e *entry, cancel context.CancelFunc, done chan struct{}) error {
+	id := e.sb.ID
 	r.recMu.Lock()
 	if err := r.st.updateRecord(id, func(rec *record) { rec.Deleting = true }); err != nil {
 		r.log.Warn("mark sandbox deleting", "sandbox", id, "err", err)

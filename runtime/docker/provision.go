@@ -155,7 +155,10 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if err := recheckHostPaths(spec.Volumes); err != nil {
 		return containerInfo{}, err
 	}
-	cc, hc, platform, err := containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, e.token)
+	r.mu.Lock()
+	token, pool := e.token, e.pool
+	r.mu.Unlock()
+	cc, hc, platform, err := containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, token, pool)
 	if err != nil {
 		return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
 	}

@@ -62,6 +62,12 @@ func (r *Runtime) restoreContainer(ctx context.Context, rec *record, buried bool
 		r.log.Warn("removing the container of a deleted sandbox", "sandbox", id)
 		return r.eng.remove(ctx, c.ID)
 	}
+	if rec == nil && c.Labels[labelPool] != "" {
+		// A warm sandbox whose record is gone: it cannot be told whether
+		// it was handed out, so it is nobody's.
+		r.log.Warn("removing a warm pool container the store does not know", "sandbox", id)
+		return r.eng.remove(ctx, c.ID)
+	}
 	if rec == nil {
 		// The store does not know it (lost, or replaced): the labels and
 		// the container's environment carry what is needed to adopt it.
@@ -102,6 +108,10 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 	case rec.Failure != nil:
 		e := newEntry(recordSandbox(rec), rec.Token)
 		e.sb.Status = *rec.Failure
+		e.from, e.revision = rec.Pool, rec.PoolRevision
+		if !rec.Claimed {
+			e.pool = rec.Pool // a failed warm sandbox: the pool removes it
+		}
 		if c != nil {
 			e.ports = c.Ports
 		}
@@ -117,6 +127,10 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		return
 	}
 	e := newEntry(recordSandbox(rec), rec.Token)
+	e.from, e.revision = rec.Pool, rec.PoolRevision
+	if !rec.Claimed {
+		e.pool = rec.Pool
+	}
 	if e.token == "" && c != nil {
 		// A record from before tokens were stored: read it back from the
 		// container.

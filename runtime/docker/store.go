@@ -28,6 +28,8 @@ var (
 	// bucketDeleted holds tombstones: ids of deleted sandboxes, so that a
 	// container that outlived its sandbox is removed, never adopted.
 	bucketDeleted = []byte("deleted")
+	// bucketPools holds the warm pools' definitions.
+	bucketPools = []byte("pools")
 )
 
 // tombstoneTTL is how long a deleted sandbox's id is remembered.
@@ -64,6 +66,12 @@ type record struct {
 	// Token is the sandbox's execd token. The store file is readable by
 	// the server's user only.
 	Token string `json:"token,omitempty"`
+	// Pool is the warm pool the sandbox was started for; PoolRevision the
+	// pool's template revision then. Claimed is set when it was handed
+	// out: until then it is the pool's, invisible to the API.
+	Pool         string `json:"pool,omitempty"`
+	PoolRevision int64  `json:"poolRevision,omitempty"`
+	Claimed      bool   `json:"claimed,omitempty"`
 }
 
 // snapshotRecord is a snapshot and the image holding it.
@@ -81,7 +89,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketEvents, bucketDeleted} {
+		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketEvents, bucketDeleted, bucketPools} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -364,4 +372,27 @@ func (s *store) snapshots() ([]*snapshotRecord, error) {
 
 func (s *store) deleteSnapshot(id sandbox.SnapshotID) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSnapshots).Delete([]byte(id)) })
+}
+
+func (s *store) putPool(p *sandbox.Pool) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketPools, p.Name, p) })
+}
+
+func (s *store) deletePool(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketPools).Delete([]byte(name)) })
+}
+
+func (s *store) pools() ([]*sandbox.Pool, error) {
+	var out []*sandbox.Pool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPools).ForEach(func(k, v []byte) error {
+			var p sandbox.Pool
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("decode pool %s: %w", k, err)
+			}
+			out = append(out, &p)
+			return nil
+		})
+	})
+	return out, err
 }
