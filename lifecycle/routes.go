@@ -74,4 +74,3 @@ func (s *Server) routes() {
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy", Version: s.cfg.Version})
 }
-
