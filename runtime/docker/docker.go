@@ -77,6 +77,10 @@ type entry struct {
 	done     chan struct{}
 	deleting bool
 	oomed    bool // the engine reported an out-of-memory kill
+	// requested is when Create was called in this process, with its
+	// monotonic reading; zero for a sandbox found again at start, whose
+	// create latency is unknown. Set before the entry is shared.
+	requested time.Time
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
@@ -142,7 +146,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, runtimes: runtimes,
 		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{}}
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
-	r.pulls = newPulls(eng, r.log, cfg.PullTimeout)
+	r.pulls = newPulls(eng, r.log, cfg.PullTimeout, cfg.Observer)
 	defer func() {
 		if retErr != nil {
 			r.Close()
@@ -269,7 +273,8 @@ func (r *Runtime) updateRecord(id sandbox.ID, apply func(e *entry) (func(*record
 // volume that may not be used, a runtime the engine lacks) fail here,
 // before anything is made.
 func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (_ *sandbox.Sandbox, retErr error) {
-	created := time.Now().UTC()
+	requested := time.Now()
+	created := requested.UTC()
 	token := newToken()
 	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token); err != nil {
 		return nil, err
@@ -293,6 +298,7 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	rec.Spec = &stored
 
 	e := newEntry(recordSandbox(rec), token)
+	e.requested = requested
 	r.mu.Lock()
 	if _, exists := r.byID[id]; exists {
 		r.mu.Unlock()
