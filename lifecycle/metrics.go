@@ -138,10 +138,10 @@ func (m *Metrics) PoolClaim(pool string, hit bool) {
 	m.poolClaims.WithLabelValues(pool, result).Inc()
 }
 
-// serve registers the collectors that read the server's runtime at
+// attach registers the collectors that read the server's runtime at
 // scrape time, and returns the handler of GET /metrics. It fails when
 // the Metrics already serves another server.
-func (m *Metrics) serve(rt sandbox.Runtime, version string, log *slog.Logger) (http.Handler, error) {
+func (m *Metrics) attach(rt sandbox.Runtime, version string, log *slog.Logger) (http.Handler, error) {
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "opensandbox_build_info",
 		Help:        "Always 1; the version label is the server's version.",

@@ -454,3 +454,37 @@ func TestRouteLabel(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkObserveRequest is what metrics add to every API request.
+func BenchmarkObserveRequest(b *testing.B) {
+	m := NewMetrics()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.observeRequest("/sandboxes/{id}", "GET", http.StatusOK, time.Millisecond)
+	}
+}
+
+// BenchmarkGetSandbox is a whole instrumented request, in process: GET
+// /v1/sandboxes/{id} on the fake.
+func BenchmarkGetSandbox(b *testing.B) {
+	rt := fake.New()
+	srv, err := New(NewManager(rt, ManagerConfig{}), Config{APIKey: testKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := rt.Create(context.Background(), sandbox.NewID(), sandbox.Spec{Image: "x"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := srv.Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("GET", "/v1/sandboxes/"+string(sb.ID), nil)
+		req.Header.Set(api.HeaderAPIKey, testKey)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}

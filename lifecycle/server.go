@@ -169,7 +169,7 @@ func New(m *Manager, cfg Config) (*Server, error) {
 	for _, p := range cfg.HostPathAllowlist {
 		s.allow = append(s.allow, filepath.Clean(p))
 	}
-	scrape, err := cfg.Metrics.serve(s.rt, cfg.Version, s.log)
+	scrape, err := cfg.Metrics.attach(s.rt, cfg.Version, s.log)
 	if err != nil {
 		return nil, err
 	}
