@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
+	"strings"
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -33,6 +34,36 @@ func (s *Server) authenticate(r *http.Request) error {
 	}
 	if !s.validKey(key) {
 		return errInvalidAPIKey
+	}
+	return nil
+}
+
+// errMetricsUnauthorized answers GET /metrics without credentials.
+var errMetricsUnauthorized = httpErr(http.StatusUnauthorized, codeMissingAPIKey,
+	"authentication required: send the API key in the "+api.HeaderAPIKey+" header or as \"Authorization: Bearer KEY\"")
+
+// errMetricsInvalidKey answers GET /metrics with a wrong key.
+var errMetricsInvalidKey = httpErr(http.StatusUnauthorized, codeInvalidAPIKey, "the API key sent is not valid")
+
+// authenticateMetrics requires the API key, unless the server has none,
+// in OPEN-SANDBOX-API-KEY or as a bearer token: Prometheus sends the
+// latter from a scrape config's authorization section.
+func (s *Server) authenticateMetrics(r *http.Request) error {
+	if s.cfg.APIKey == "" {
+		return nil
+	}
+	key := r.Header.Get(api.HeaderAPIKey)
+	if key == "" {
+		auth := r.Header.Get("Authorization")
+		if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(token)
+		}
+	}
+	if key == "" {
+		return errMetricsUnauthorized
+	}
+	if !s.validKey(key) {
+		return errMetricsInvalidKey
 	}
 	return nil
 }

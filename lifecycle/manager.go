@@ -34,6 +34,9 @@ type ManagerConfig struct {
 	RuntimeName string
 	// Logger receives the manager's log. Default: discard.
 	Logger *slog.Logger
+	// Observer is told how long each expiry sweep takes. Default:
+	// sandbox.NopObserver.
+	Observer sandbox.Observer
 }
 
 // Manager carries out sandbox operations on a runtime, and runs the
@@ -52,6 +55,9 @@ func NewManager(rt sandbox.Runtime, cfg ManagerConfig) *Manager {
 	cfg.RuntimeName = cmp.Or(cfg.RuntimeName, "DOCKER")
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = sandbox.NopObserver{}
 	}
 	return &Manager{rt: rt, cfg: cfg, log: cfg.Logger, now: time.Now}
 }
@@ -80,14 +86,24 @@ func (m *Manager) Run(ctx context.Context) {
 	}
 }
 
-// expire deletes every sandbox whose expiry has passed.
+// expire deletes every sandbox whose expiry has passed, and reports the
+// sweep to the Observer.
 func (m *Manager) expire(ctx context.Context) {
+	start := time.Now()
+	err := m.expireAll(ctx)
+	m.cfg.Observer.Reconciled(sandbox.LoopExpiry, time.Since(start), err)
+}
+
+// expireAll is one expiry sweep. It logs each failure, and returns the
+// first.
+func (m *Manager) expireAll(ctx context.Context) error {
 	all, err := m.rt.List(ctx)
 	if err != nil {
 		m.log.Error("list sandboxes for expiry", "err", err)
-		return
+		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	now := m.now()
+	var first error
 	for _, sb := range all {
 		if !sb.Expired(now) {
 			continue
@@ -99,8 +115,12 @@ func (m *Manager) expire(ctx context.Context) {
 		case errors.Is(err, sandbox.ErrNotFound):
 		default:
 			m.log.Error("delete expired sandbox", "sandbox", sb.ID, "err", err)
+			if first == nil {
+				first = fmt.Errorf("delete expired sandbox %s: %w", sb.ID, err)
+			}
 		}
 	}
+	return first
 }
 
 func (m *Manager) housekeeping(ctx context.Context) {

@@ -19,6 +19,7 @@ func (s *Server) routes() {
 		h            func(http.ResponseWriter, *http.Request) error
 	}{
 		{"GET", "/health", s.health},
+		{"GET", "/metrics", s.serveMetrics},
 
 		{"POST", "/sandboxes", s.createSandbox},
 		{"GET", "/sandboxes", s.listSandboxes},
@@ -73,4 +74,11 @@ func (s *Server) routes() {
 // version when it has one.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy", Version: s.cfg.Version})
+}
+
+// serveMetrics answers GET /metrics with the Prometheus text format;
+// serve has checked the credentials that MetricsPublic asks for.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	s.scrape.ServeHTTP(w, r)
+	return nil
 }

@@ -68,9 +68,19 @@ type Config struct {
 	// at debug, each with its request id. Default: discard.
 	Logger *slog.Logger
 
-	// Version is the server's version, reported by GET /health. Default
-	// "": /health leaves the field out.
+	// Version is the server's version, reported by GET /health and in
+	// opensandbox_build_info. Default "": /health leaves the field out.
 	Version string
+
+	// Metrics is the registry GET /metrics serves; New adds the series
+	// read from the runtime at scrape time. Give the same Metrics to the
+	// runtime and the manager as their Observer. Default: a Metrics of
+	// the server's own, without what they report.
+	Metrics *Metrics
+	// MetricsPublic serves GET /metrics without the API key. By default
+	// it needs the key, which it also takes as "Authorization: Bearer
+	// KEY", the form Prometheus sends.
+	MetricsPublic bool
 }
 
 // ErrNoAPIKey is returned by New for a config without an API key that is
@@ -86,6 +96,9 @@ func (c *Config) setDefaults() {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
 	}
 }
 
@@ -131,6 +144,8 @@ type Server struct {
 	keyDigest [sha256.Size]byte
 	allow     []string // HostPathAllowlist, cleaned
 	now       func() time.Time
+	metrics   *Metrics
+	scrape    http.Handler // GET /metrics
 }
 
 // New returns the API of m. It fails on a config that cannot work,
@@ -149,10 +164,16 @@ func New(m *Manager, cfg Config) (*Server, error) {
 		renew:     newRenewThrottle(),
 		keyDigest: sha256.Sum256([]byte(cfg.APIKey)),
 		now:       time.Now,
+		metrics:   cfg.Metrics,
 	}
 	for _, p := range cfg.HostPathAllowlist {
 		s.allow = append(s.allow, filepath.Clean(p))
 	}
+	scrape, err := cfg.Metrics.attach(s.rt, cfg.Version, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.scrape = scrape
 	s.proxy = s.newProxy()
 	s.routes()
 	s.handler = http.HandlerFunc(s.serve)
@@ -182,29 +203,55 @@ func requestIDOf(r *http.Request) string {
 	return id
 }
 
-// serve is the front of every request: it sets X-Request-ID, turns a
-// panic into a 500, sends the proxy route to the proxy (which
-// authenticates on its own), lets /health through, and authenticates
-// everything else before the route table.
+// routeKey keys, in a request's context, the *routeSlot where the
+// route's handler records its route label.
+type routeKey struct{}
+
+// routeSlot holds the route label of a request, "" until a route's
+// handler ran.
+type routeSlot struct{ label string }
+
+// serve is the front of every request: it sets X-Request-ID, times the
+// request for opensandbox_http_request_duration_seconds, turns a panic
+// into a 500, sends the proxy route to the proxy (which authenticates on
+// its own), lets /health through (and /metrics if MetricsPublic), and
+// authenticates everything else before the route table.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	id := requestID(r.Header.Get(api.HeaderRequestID))
 	w.Header().Set(api.HeaderRequestID, id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-	defer s.recoverPanic(w, r)
+	route := &routeSlot{}
+	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeKey{}, route))
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		s.metrics.observeRequest(cmp.Or(route.label, routeOther), r.Method, sw.status(), time.Since(start))
+	}()
+	defer s.recoverPanic(sw, r)
 
 	if pr, ok := parseProxyPath(r.URL.EscapedPath()); ok {
 		// Bypasses the mux, which would redirect paths it finds untidy
 		// ("//", "/./") where the proxy must forward them as they are.
-		s.serveProxy(w, r, pr)
+		route.label = routeProxy
+		s.serveProxy(sw, r, pr)
 		return
 	}
-	if p := r.URL.Path; p != "/health" && p != "/v1/health" {
-		if err := s.authenticate(r); err != nil {
-			s.writeError(w, r, err)
-			return
+	var err error
+	switch p := r.URL.Path; {
+	case p == "/health" || p == "/v1/health":
+	case p == "/metrics" || p == "/v1/metrics":
+		if !s.cfg.MetricsPublic {
+			err = s.authenticateMetrics(r)
 		}
+	default:
+		err = s.authenticate(r)
 	}
-	s.mux.ServeHTTP(w, r)
+	if err != nil {
+		_, pattern := s.mux.Handler(r)
+		route.label = routeLabel(pattern)
+		s.writeError(sw, r, err)
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
 }
 
 // requestID returns the client's request id if it is 1 to 128 printable
@@ -242,9 +289,13 @@ func (s *Server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 }
 
 // handle adapts a handler that returns an error; writeError answers the
-// error.
+// error. It records the request's route label from the mux pattern that
+// matched.
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slot, ok := r.Context().Value(routeKey{}).(*routeSlot); ok {
+			slot.label = routeLabel(r.Pattern)
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}

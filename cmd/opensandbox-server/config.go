@@ -76,6 +76,9 @@ type serverConfig struct {
 	MaxBodyBytes        int64         `toml:"max_body_bytes"`
 	LogLevel            string        `toml:"log_level"`
 	LogFormat           string        `toml:"log_format"`
+	// MetricsAuth makes GET /metrics need the API key (also accepted as
+	// a bearer token). nil until setDefaults makes it true.
+	MetricsAuth *bool `toml:"metrics_auth"`
 }
 
 type runtimeConfig struct {
@@ -160,6 +163,10 @@ func (c *fileConfig) setDefaults() {
 	}
 	if s.LogFormat == "" {
 		s.LogFormat = "text"
+	}
+	if s.MetricsAuth == nil {
+		t := true
+		s.MetricsAuth = &t
 	}
 	if c.Runtime.Type == "" {
 		c.Runtime.Type = "docker"
@@ -262,6 +269,10 @@ max_body_bytes = 1048576
 # debug, info, warn or error; text or json.
 log_level = "info"
 log_format = "text"
+# Whether GET /metrics (Prometheus) needs the API key, sent in
+# OPEN-SANDBOX-API-KEY or as "Authorization: Bearer KEY". false serves
+# it to anyone who reaches the listen address.
+metrics_auth = true
 
 [runtime]
 type = "docker"

@@ -113,3 +113,20 @@ func TestAllowlistMayNotHoldTheDataDir(t *testing.T) {
 		t.Fatalf("allowlist above the data dir: %v", err)
 	}
 }
+
+func TestMetricsAuthConfig(t *testing.T) {
+	key := "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\n"
+	for text, want := range map[string]bool{
+		key:                            true,
+		key + "metrics_auth = true\n":  true,
+		key + "metrics_auth = false\n": false,
+	} {
+		cfg, err := loadConfig(writeConfig(t, text), false)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if got := *cfg.Server.MetricsAuth; got != want {
+			t.Errorf("%q: metrics_auth %v, want %v", text, got, want)
+		}
+	}
+}

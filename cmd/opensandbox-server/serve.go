@@ -64,10 +64,13 @@ func (m *Main) logger() *slog.Logger {
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	log := m.logger()
+	metrics := lifecycle.NewMetrics()
 	var rt sandbox.Runtime
 	switch cfg.Runtime.Type {
 	case "docker":
-		drt, err := docker.New(cfg.Runtime.Docker, log)
+		dcfg := cfg.Runtime.Docker
+		dcfg.Observer = metrics
+		drt, err := docker.New(dcfg, log)
 		if err != nil {
 			return fmt.Errorf("docker runtime: %w", err)
 		}
@@ -78,7 +81,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
-	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log})
+	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log, Observer: metrics})
 	srv, err := lifecycle.New(mgr, lifecycle.Config{
 		APIKey:            cfg.Server.APIKey,
 		Insecure:          cfg.Server.Insecure,
@@ -90,6 +93,8 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
 		Logger:            log,
 		Version:           version,
+		Metrics:           metrics,
+		MetricsPublic:     cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
 	})
 	if err != nil {
 		return err

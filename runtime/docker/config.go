@@ -80,6 +80,11 @@ type Config struct {
 	BlockMetadata *bool `toml:"block_metadata"`
 	// BlockedCIDRs are extra destinations sandboxes may not reach.
 	BlockedCIDRs []string `toml:"blocked_cidrs"`
+
+	// Observer receives the runtime's measurements: sandboxes ready,
+	// image pulls, reconciliations. It is not read from the file; the
+	// server sets it. Default: sandbox.NopObserver.
+	Observer sandbox.Observer `toml:"-"`
 }
 
 // defaultCaps is the capability set of a sandbox: Docker's default set
@@ -119,6 +124,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AllowedRuntimes == nil {
 		c.AllowedRuntimes = []string{"runc", "runsc"}
+	}
+	if c.Observer == nil {
+		c.Observer = sandbox.NopObserver{}
 	}
 	if c.BlockMetadata == nil {
 		t := true

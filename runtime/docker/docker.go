@@ -81,6 +81,10 @@ type entry struct {
 	done     chan struct{}
 	deleting bool
 	oomed    bool // the engine reported an out-of-memory kill
+	// requested is when Create was called in this process, with its
+	// monotonic reading; zero for a sandbox found again at start, whose
+	// create latency is unknown. Set before the entry is shared.
+	requested time.Time
 
 	// pool is the warm pool holding the sandbox until it is claimed:
 	// while set, the sandbox is invisible to the API. from names the pool
@@ -156,7 +160,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{},
 		pools: map[string]*poolState{}, poolWake: make(chan struct{}, 1)}
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
-	r.pulls = newPulls(eng, r.log, cfg.PullTimeout)
+	r.pulls = newPulls(eng, r.log, cfg.PullTimeout, cfg.Observer)
 	defer func() {
 		if retErr != nil {
 			r.Close()
@@ -293,7 +297,8 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 // create makes a sandbox, or with pool set a warm sandbox of that pool's
 // template revision, which stays invisible until claimed.
 func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, pool string, revision int64) (*sandbox.Sandbox, error) {
-	created := time.Now().UTC()
+	requested := time.Now()
+	created := requested.UTC()
 	token := newToken()
 	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token, pool); err != nil {
 		return nil, err
@@ -318,6 +323,10 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 
 	e := newEntry(recordSandbox(rec), token)
 	e.pool, e.from, e.revision = pool, pool, revision
+	if pool == "" {
+		// A warm sandbox's start is not a create anyone waits for.
+		e.requested = requested
+	}
 	r.mu.Lock()
 	if _, exists := r.byID[id]; exists {
 		r.mu.Unlock()

@@ -268,6 +268,7 @@ func (ps *poolState) matches(spec *sandbox.Spec) bool {
 // Claim hands out a warm sandbox: of pool when it is named, else of the
 // first pool (by name) whose template matches spec.
 func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	start := time.Now()
 	for try := 0; try < claimTries; try++ {
 		r.mu.Lock()
 		var candidates []*poolState
@@ -296,6 +297,7 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 		if e == nil {
 			if len(candidates) > 0 {
 				candidates[0].misses++
+				r.cfg.Observer.PoolClaim(candidates[0].def.Name, false)
 			}
 			r.mu.Unlock()
 			r.wakePools()
@@ -311,6 +313,8 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			r.mu.Lock()
 			ps.claims++
 			r.mu.Unlock()
+			r.cfg.Observer.PoolClaim(def.Name, true)
+			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
 			return sb, nil
 		}
 		r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "sandbox", e.sb.ID, "err", err)
@@ -556,4 +560,20 @@ func (r *Runtime) tendPools() {
 func backoff(n int) time.Duration {
 	d := time.Second << min(n-1, 10)
 	return min(d, maxPoolBackoff)
+}
+
+var _ sandbox.PoolLister = (*Runtime)(nil)
+
+// Pools reports how full every pool is, for the server's metrics.
+func (r *Runtime) Pools(ctx context.Context) ([]sandbox.PoolSize, error) {
+	infos, err := r.ListPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.PoolSize, 0, len(infos))
+	for _, info := range infos {
+		st := info.Status
+		out = append(out, sandbox.PoolSize{Name: info.Name, Total: st.Total, Allocated: st.Allocated, Available: st.Available})
+	}
+	return out, nil
 }

@@ -136,6 +136,9 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	if err != nil {
 		r.log.Warn("record sandbox running", "sandbox", id, "err", err)
 	}
+	if state == sandbox.StateRunning && !e.requested.IsZero() {
+		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(e.requested))
+	}
 	r.log.Info("sandbox running", "sandbox", id, "image", spec.Image)
 	return nil
 }
@@ -229,6 +232,7 @@ type pulls struct {
 	eng     *engine
 	log     *slog.Logger
 	timeout time.Duration
+	obs     sandbox.Observer
 
 	mu       sync.Mutex
 	inflight map[string]*pullOp
@@ -241,8 +245,8 @@ type pullOp struct {
 	cancel  context.CancelFunc
 }
 
-func newPulls(eng *engine, log *slog.Logger, timeout time.Duration) *pulls {
-	return &pulls{eng: eng, log: log, timeout: timeout, inflight: map[string]*pullOp{}}
+func newPulls(eng *engine, log *slog.Logger, timeout time.Duration, obs sandbox.Observer) *pulls {
+	return &pulls{eng: eng, log: log, timeout: timeout, obs: obs, inflight: map[string]*pullOp{}}
 }
 
 func (p *pulls) pull(ctx context.Context, ref string, auth sandbox.RegistryAuth) error {
@@ -258,15 +262,22 @@ func (p *pulls) pull(ctx context.Context, ref string, auth sandbox.RegistryAuth)
 		go func() {
 			start := time.Now()
 			err := p.eng.pull(pctx, ref, auth.Username, auth.Password, nil)
-			if errors.Is(pctx.Err(), context.DeadlineExceeded) {
+			switch {
+			case errors.Is(pctx.Err(), context.DeadlineExceeded):
 				err = fmt.Errorf("no answer within %v (runtime.docker.pull_timeout): %w", p.timeout, err)
+			case err != nil && errors.Is(pctx.Err(), context.Canceled) && !errors.Is(err, context.Canceled):
+				// Whatever the engine said, the pull stopped because every
+				// caller gave up.
+				err = fmt.Errorf("%w: %w", context.Canceled, err)
 			}
 			cancel()
+			d := time.Since(start)
 			if err != nil {
-				p.log.Warn("image pull failed", "image", ref, "duration", time.Since(start), "err", err)
+				p.log.Warn("image pull failed", "image", ref, "duration", d, "err", err)
 			} else {
-				p.log.Info("image pulled", "image", ref, "duration", time.Since(start))
+				p.log.Info("image pulled", "image", ref, "duration", d)
 			}
+			p.obs.ImagePulled(ref, d, err)
 			p.mu.Lock()
 			op.err = err
 			delete(p.inflight, key)

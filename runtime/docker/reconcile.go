@@ -324,10 +324,19 @@ func eventMessage(m events.Message) string {
 // container states are re-read, and deletes that stopped half-way are
 // finished. The lifecycle manager runs it periodically; the event loop
 // runs it after missing events. It judges only entries that did not
-// change while it looked at the engine, and never two at a time.
+// change while it looked at the engine, and never two at a time. Each
+// pass is reported to the Observer.
 func (r *Runtime) Reconcile(ctx context.Context) error {
 	r.reconcileMu.Lock()
 	defer r.reconcileMu.Unlock()
+	start := time.Now()
+	err := r.reconcileLocked(ctx)
+	r.cfg.Observer.Reconciled(sandbox.LoopRuntime, time.Since(start), err)
+	return err
+}
+
+// reconcileLocked is one pass of Reconcile. r.reconcileMu must be held.
+func (r *Runtime) reconcileLocked(ctx context.Context) error {
 	r.mu.Lock()
 	gens := make(map[sandbox.ID]uint64, len(r.byID))
 	for id, e := range r.byID {
@@ -337,7 +346,7 @@ func (r *Runtime) Reconcile(ctx context.Context) error {
 
 	containers, err := r.eng.list(ctx, r.scopeLabel())
 	if err != nil {
-		return err
+		return fmt.Errorf("list containers: %w", err)
 	}
 	byID := map[sandbox.ID]*containerInfo{}
 	for i := range containers {
@@ -347,11 +356,11 @@ func (r *Runtime) Reconcile(ctx context.Context) error {
 	}
 	recs, err := r.st.records()
 	if err != nil {
-		return err
+		return fmt.Errorf("read state: %w", err)
 	}
 	tombs, err := r.st.tombstones()
 	if err != nil {
-		return err
+		return fmt.Errorf("read state: %w", err)
 	}
 
 	var forget []sandbox.ID

@@ -28,6 +28,10 @@ type Runtime struct {
 	StartDelay time.Duration
 	// MissingImages fail to start, as an image that cannot be pulled.
 	MissingImages map[string]bool
+	// Observer is told of every sandbox that becomes Running, as a cold
+	// create. Default: sandbox.NopObserver. Set it before the first
+	// Create.
+	Observer sandbox.Observer
 
 	mu        sync.Mutex
 	sandboxes map[sandbox.ID]*entry
@@ -47,6 +51,7 @@ func New() *Runtime {
 	return &Runtime{
 		StartDelay:    10 * time.Millisecond,
 		MissingImages: map[string]bool{},
+		Observer:      sandbox.NopObserver{},
 		sandboxes:     map[sandbox.ID]*entry{},
 		snapshots:     map[sandbox.SnapshotID]*sandbox.Snapshot{},
 		faults:        map[string]error{},
@@ -87,7 +92,8 @@ func (e *entry) transition(state sandbox.State, reason, msg string) {
 }
 
 // Create records the sandbox as Pending and makes it Running after
-// StartDelay, or Failed when its image is in MissingImages.
+// StartDelay, telling the Observer, or Failed when its image is in
+// MissingImages.
 func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -105,6 +111,7 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	e.transition(sandbox.StatePending, "CREATING", "sandbox is being created")
 	r.sandboxes[id] = e
 	missing := r.MissingImages[spec.Image]
+	obs, requested := r.Observer, time.Now()
 	time.AfterFunc(r.StartDelay, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -116,6 +123,7 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 			return
 		}
 		e.transition(sandbox.StateRunning, "RUNNING", "execd answers")
+		obs.SandboxReady(sandbox.CreateCold, time.Since(requested))
 	})
 	return clone(&e.sb), nil
 }
