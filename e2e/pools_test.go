@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -108,6 +109,16 @@ pool_max = 10
 	p = s.waitPool("api", func(st api.PoolStatus) bool { return st.Claims == 5 })
 	if p.Status.Misses != n-5 || p.Status.Allocated != 5 {
 		t.Errorf("after %d creates: %+v", n, p.Status)
+	}
+
+	// The server's metrics count the claims and the pooled creates.
+	_, metrics := s.do("GET", "/metrics", nil)
+	for _, want := range []string{`opensandbox_pool_claims_total{pool="api",result="hit"} 5`,
+		`opensandbox_pool_claims_total{pool="api",result="miss"} 7`, `opensandbox_pool_sandboxes{pool="cfg",state="allocated"} 2`,
+		`opensandbox_sandbox_create_duration_seconds_count{mode="pooled"} 7`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 
 	// Shrink at run time.
