@@ -10,7 +10,7 @@ import (
 )
 
 // MaxEventLine is the longest event line an EventDecoder accepts.
-const MaxEventLine = 16 << 20
+const MaxEventLine = 64 << 20
 
 // StreamError is a bare {code,message} line inside a stream: the way the
 // reference daemon reports failures after the first event.

@@ -23,6 +23,9 @@ const (
 	langBash              = "bash"
 )
 
+// maxRunTimeout bounds a run's timeout, so that no value overflows.
+const maxRunTimeout = 365 * 24 * time.Hour
+
 // maxDeadContexts bounds how many ids of contexts whose interpreter died
 // are remembered, to tell "died" from "never existed" in a 404.
 const maxDeadContexts = 256
@@ -390,7 +393,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	timeout := time.Duration(req.Timeout) * time.Millisecond
+	timeout := time.Duration(min(req.Timeout, maxRunTimeout.Milliseconds())) * time.Millisecond
 
 	st := newOutputStream()
 	defer st.detach()
@@ -428,7 +431,11 @@ func (s *Server) runBash(ctx context.Context, cc *codeContext, st *outputStream,
 	if timeout <= 0 {
 		timeout = sessionRunCap
 	}
-	term := s.sessionRun(ss, st, code, "", timeout)
+	term, timedOut := s.sessionRun(ss, st, code, "", timeout)
+	if timedOut {
+		// As in the other languages' contexts.
+		term.Error.EName = interp.ENameTimeout
+	}
 	if term.Type == api.EventError {
 		now := time.Now().UnixMilli()
 		term.Timestamp = now

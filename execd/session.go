@@ -324,7 +324,8 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 	defer st.detach()
 	go func() {
 		defer func() { <-ss.run }()
-		st.send(s.sessionRun(ss, st, req.Command, dir, timeout))
+		term, _ := s.sessionRun(ss, st, req.Command, dir, timeout)
+		st.send(term)
 		close(st.events)
 	}()
 	ew := httpx.NewEventWriter(w)
@@ -336,21 +337,21 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 // sessionRun runs one command in the session's shell, sends its output to
-// st and returns its terminal event. The caller holds the session's run
-// slot throughout.
-func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, timeout time.Duration) api.Event {
+// st and returns its terminal event, and whether the timeout ended the
+// run. The caller holds the session's run slot throughout.
+func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, timeout time.Duration) (api.Event, bool) {
 	started := time.Now()
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
-		return runFailure("session was closed")
+		return runFailure("session was closed"), false
 	}
 	if ss.sh == nil || ss.sh.proc.Exited() {
 		// The shell died in an earlier run (exit, set -e, a kill): start a
 		// fresh one, whose state is that of a new session.
 		if err := s.startShell(ss); err != nil {
 			ss.mu.Unlock()
-			return runFailure("restart session shell: " + err.Error())
+			return runFailure("restart session shell: " + err.Error()), false
 		}
 	}
 	sh := ss.sh
@@ -375,7 +376,7 @@ func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, 
 	ss.mu.Unlock()
 
 	if res.code == 0 && res.note == "" {
-		return api.Event{Type: api.EventComplete, ExecutionTime: time.Since(started).Milliseconds()}
+		return api.Event{Type: api.EventComplete, ExecutionTime: time.Since(started).Milliseconds()}, false
 	}
 	note := res.note
 	if note == "" {
@@ -383,7 +384,7 @@ func (s *Server) sessionRun(ss *session, st *outputStream, command, dir string, 
 	}
 	return api.Event{Type: api.EventError, Error: &api.ExecutionError{
 		EName: api.ErrorNameCommand, EValue: strconv.Itoa(res.code), Traceback: []string{note},
-	}}
+	}}, res.timedOut
 }
 
 // runFailure is the terminal event of a run that could not start.
@@ -396,8 +397,9 @@ func runFailure(msg string) api.Event {
 // runResult is how a run ended: its status (-1 when a signal or a timeout
 // ended it), and a note when it did not end normally.
 type runResult struct {
-	code int
-	note string
+	code     int
+	note     string
+	timedOut bool
 }
 
 // run sources command in the shell and returns its status. On timeout it
@@ -406,7 +408,7 @@ type runResult struct {
 func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 	script, err := os.CreateTemp(sh.scripts, "run-*.sh")
 	if err != nil {
-		return runResult{-1, "write run script: " + err.Error()}
+		return runResult{code: -1, note: "write run script: " + err.Error()}
 	}
 	defer os.Remove(script.Name())
 	_, err = script.WriteString(command + "\n")
@@ -414,11 +416,11 @@ func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 		err = cerr
 	}
 	if err != nil {
-		return runResult{-1, "write run script: " + err.Error()}
+		return runResult{code: -1, note: "write run script: " + err.Error()}
 	}
 	nonce := newID()
 	if _, err := sh.stdin.WriteString(sh.controlLine(script.Name(), dir, nonce)); err != nil {
-		return runResult{-1, "the session's shell is gone: " + err.Error()}
+		return runResult{code: -1, note: "the session's shell is gone: " + err.Error()}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -434,7 +436,7 @@ func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 				// Not this run's end: something wrote to a copy of the
 				// status pipe. Runs end only with their own nonce.
 			case timedOut:
-				return runResult{-1, fmt.Sprintf("run timed out after %v and was interrupted", timeout)}
+				return runResult{-1, fmt.Sprintf("run timed out after %v and was interrupted", timeout), true}
 			default:
 				return runResult{code: st.code}
 			}
@@ -445,13 +447,13 @@ func (sh *shell) run(command, dir string, timeout time.Duration) runResult {
 		case <-kill:
 			sh.proc.Signal(syscall.SIGKILL)
 			<-sh.proc.Done()
-			return runResult{-1, fmt.Sprintf("run timed out after %v; the session's shell did not stop on SIGINT and was killed, so its state is lost", timeout)}
+			return runResult{-1, fmt.Sprintf("run timed out after %v; the session's shell did not stop on SIGINT and was killed, so its state is lost", timeout), true}
 		}
 	}
 	// The status pipe closed: the shell itself exited during the run
 	// ("exit 3", "set -e"), and takes the run's status with it.
 	st := sh.proc.State()
-	return runResult{st.Code, fmt.Sprintf("the session's shell exited (%s); the next run starts a fresh shell", st)}
+	return runResult{code: st.Code, note: fmt.Sprintf("the session's shell exited (%s); the next run starts a fresh shell", st)}
 }
 
 // controlLine is what the shell reads to perform one run. Backslashed

@@ -93,14 +93,36 @@ type Context struct {
 
 	queue fifo // one run at a time, in arrival order
 
-	mu       sync.Mutex
+	// outMu is held while output goes to the current run, and while the
+	// run's sink is set or cleared: once Run has cleared it, no output of
+	// the driver reaches the finished run. It guards emit, partial and
+	// startErr.
+	outMu    sync.Mutex
 	emit     func(...api.Event) // the current run's sink; nil between runs
-	starting bool               // before ready: stderr goes to startErr
+	partial  [2][]byte          // stdout, stderr: an incomplete UTF-8 sequence held back
 	startErr bytes.Buffer
+
+	mu       sync.Mutex
+	starting bool // before ready: stderr goes to startErr
 	running  bool // a run has been sent and its done not received
-	closed   bool
+	// started is set when the driver said the run began; an interrupt
+	// asked for before that waits in pendingInterrupt.
+	started          bool
+	pendingInterrupt bool
+	closed           bool
 
 	nextRun uint64
+	runID   string // the run in progress; guarded by mu
+}
+
+// currentRun returns the id of the run in progress, "" between runs.
+func (c *Context) currentRun() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return ""
+	}
+	return c.runID
 }
 
 // maxStartStderr bounds the stderr kept to explain a failed start.
@@ -182,9 +204,13 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 	go c.stderr.Run()
 	go c.readReplies(fds[3][0])
 	go func() {
-		// A driver's output pipes may be held by processes the code left
-		// behind; once the driver is gone nothing more is waited for.
+		// The context is gone with its driver: what the code left running
+		// in its process group goes too (and with it any copy of the
+		// replies pipe a forked child held). Its output pipes may still be
+		// held by processes that left the group; nothing more is waited
+		// for.
 		<-proc.Done()
+		proc.Signal(syscall.SIGKILL)
 		c.stdout.Finish()
 		c.stderr.Finish()
 	}()
@@ -216,8 +242,10 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 	}
 	c.mu.Lock()
 	c.starting = false
-	c.startErr = bytes.Buffer{}
 	c.mu.Unlock()
+	c.outMu.Lock()
+	c.startErr = bytes.Buffer{}
+	c.outMu.Unlock()
 	return c, nil
 }
 
@@ -230,8 +258,8 @@ func (c *Context) startError(reason string) error {
 	case <-time.After(100 * time.Millisecond):
 	}
 	c.stderr.Sync()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
 	return &StartError{Language: c.lang.name, Reason: reason, Stderr: string(bytes.TrimSpace(c.startErr.Bytes()))}
 }
 
@@ -249,18 +277,75 @@ func (c *Context) Done() <-chan struct{} { return c.proc.Done() }
 
 // output takes a chunk of the driver's stdout or stderr: it goes to the
 // current run as it is (chunks are not cut into lines, as from a Jupyter
-// kernel); before ready, stderr is kept to explain a failed start; between
-// runs it is dropped (a thread the code left running has no reader).
+// kernel), except that a UTF-8 sequence cut by the end of the chunk waits
+// for the rest; before ready, stderr is kept to explain a failed start;
+// between runs it is dropped (a thread the code left running has no
+// reader).
 func (c *Context) output(typ string, b []byte) {
-	c.mu.Lock()
-	emit, starting := c.emit, c.starting
-	if starting && typ == api.EventStderr && c.startErr.Len() < maxStartStderr {
-		c.startErr.Write(b[:min(len(b), maxStartStderr-c.startErr.Len())])
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.emit == nil {
+		c.mu.Lock()
+		starting := c.starting
+		c.mu.Unlock()
+		if starting && typ == api.EventStderr && c.startErr.Len() < maxStartStderr {
+			c.startErr.Write(b[:min(len(b), maxStartStderr-c.startErr.Len())])
+		}
+		return
 	}
-	c.mu.Unlock()
-	if emit != nil {
-		emit(api.Event{Type: typ, Text: string(b), Timestamp: nowMilli()})
+	i := 0
+	if typ == api.EventStderr {
+		i = 1
 	}
+	if len(c.partial[i]) > 0 {
+		b = append(c.partial[i], b...)
+		c.partial[i] = nil
+	}
+	if n := incompleteTail(b); n > 0 {
+		c.partial[i] = append([]byte(nil), b[len(b)-n:]...)
+		b = b[:len(b)-n]
+	}
+	if len(b) > 0 {
+		c.emit(api.Event{Type: typ, Text: string(b), Timestamp: nowMilli()})
+	}
+}
+
+// flushPartial sends the bytes held back at the end of a run, whatever
+// they are. c.outMu must be held.
+func (c *Context) flushPartialLocked() {
+	for i, typ := range []string{api.EventStdout, api.EventStderr} {
+		if len(c.partial[i]) > 0 && c.emit != nil {
+			c.emit(api.Event{Type: typ, Text: string(c.partial[i]), Timestamp: nowMilli()})
+		}
+		c.partial[i] = nil
+	}
+}
+
+// incompleteTail returns the length of a UTF-8 sequence begun but not
+// finished at the end of b (0 to 3 bytes).
+func incompleteTail(b []byte) int {
+	for n := 1; n <= 3 && n <= len(b); n++ {
+		c := b[len(b)-n]
+		if c&0xC0 == 0x80 {
+			continue // a continuation byte: look further back
+		}
+		var need int
+		switch {
+		case c&0xE0 == 0xC0:
+			need = 2
+		case c&0xF0 == 0xE0:
+			need = 3
+		case c&0xF8 == 0xF0:
+			need = 4
+		default:
+			return 0 // ASCII or invalid: nothing to wait for
+		}
+		if need > n {
+			return n
+		}
+		return 0
+	}
+	return 0
 }
 
 // readReplies reads the driver's replies until EOF. A line that is not a
@@ -278,7 +363,13 @@ func (c *Context) readReplies(f *os.File) {
 			if m, err := parseReply(line); err == nil {
 				c.replies <- m
 			}
-		}, func(error) {})
+		}, func(error) {
+			// The id is in the line that was dropped: the run in progress
+			// is the one it belonged to.
+			if id := c.currentRun(); id != "" {
+				c.replies <- reply{Type: replyOverflow, ID: id}
+			}
+		})
 		if err != nil {
 			return
 		}
@@ -312,13 +403,21 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, e
 	// The code runs in the driver's process and could write on its reply
 	// pipe; an id it cannot guess keeps a stray line from ending a run.
 	id := strconv.FormatUint(c.nextRun, 10) + "-" + randomHex()
-	c.emit = emit
-	c.running = true
+	c.runID = id
+	c.running, c.started, c.pendingInterrupt = true, false, false
 	c.mu.Unlock()
+	c.outMu.Lock()
+	c.emit = emit
+	c.outMu.Unlock()
 	defer func() {
-		c.mu.Lock()
+		// The last output is in; from now on none reaches this run.
+		c.syncOutput()
+		c.outMu.Lock()
+		c.flushPartialLocked()
 		c.emit = nil
-		c.running = false
+		c.outMu.Unlock()
+		c.mu.Lock()
+		c.running, c.started, c.pendingInterrupt = false, false, false
 		c.mu.Unlock()
 	}()
 
@@ -338,12 +437,13 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, e
 		return nil
 	}
 
-	var deadline, kill <-chan time.Time
+	var deadline, kill, died <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		deadline = t.C
 	}
+	exited := c.proc.Done()
 	timedOut := false
 	for {
 		select {
@@ -358,6 +458,23 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, e
 			if m.ID != id {
 				continue // a stale reply: never another run's
 			}
+			switch m.Type {
+			case replyStarted:
+				c.mu.Lock()
+				c.started = true
+				pending := c.pendingInterrupt
+				c.pendingInterrupt = false
+				c.mu.Unlock()
+				if pending {
+					c.interrupt()
+				}
+				continue
+			case replyOverflow:
+				now := nowMilli()
+				emit(api.Event{Type: api.EventStderr, Timestamp: now,
+					Text: fmt.Sprintf("[execd: a result of more than %d MiB was dropped]\n", maxReplyLine>>20)})
+				continue
+			}
 			// Output written before the reply goes out before it.
 			c.syncOutput()
 			if m.Type == replyDone {
@@ -369,9 +486,19 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, e
 					Traceback: m.Traceback}
 			}
 			emit(m.events(nowMilli())...)
+		case <-exited:
+			// The driver exited. Its replies end when the last copy of the
+			// pipe closes: at once, unless a process it forked holds one;
+			// the watcher in Start kills the group, so give that a moment.
+			exited = nil
+			died = time.After(time.Second)
+		case <-died:
+			c.syncOutput()
+			emit(c.deathEvents()...)
+			return nil
 		case <-deadline:
 			timedOut = true
-			c.interrupt()
+			c.requestInterrupt()
 			kill = time.After(KillGrace)
 		case <-kill:
 			c.kill()
@@ -426,10 +553,20 @@ func (c *Context) DeathReason() string {
 // with the language's interrupt error and the context keeps its state.
 // It reports whether a run was in progress.
 func (c *Context) Interrupt() bool {
+	return c.requestInterrupt()
+}
+
+// requestInterrupt interrupts the run in progress, or, when the driver has
+// not yet said it started, as soon as it does. It reports whether a run
+// was in progress.
+func (c *Context) requestInterrupt() bool {
 	c.mu.Lock()
-	running := c.running
+	running, started := c.running, c.started
+	if running && !started {
+		c.pendingInterrupt = true
+	}
 	c.mu.Unlock()
-	if running {
+	if running && started {
 		c.interrupt()
 	}
 	return running

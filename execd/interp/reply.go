@@ -21,6 +21,11 @@ const (
 	replyDisplay = "display"
 	replyError   = "error"
 	replyDone    = "done"
+	// replyStarted: the driver began the run and can be interrupted.
+	replyStarted = "started"
+	// replyOverflow is not sent by drivers: execd makes it when a reply
+	// line was too long to keep.
+	replyOverflow = "overflow"
 )
 
 // reply is one message a driver writes on fd 4.
@@ -51,7 +56,7 @@ func parseReply(line []byte) (reply, error) {
 		if len(m.Data) == 0 {
 			return reply{}, fmt.Errorf("driver %s reply without data", m.Type)
 		}
-	case replyError, replyDone:
+	case replyError, replyDone, replyStarted:
 	default:
 		return reply{}, fmt.Errorf("unknown driver reply type %q", m.Type)
 	}

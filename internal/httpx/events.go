@@ -19,6 +19,12 @@ func StartStream(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// StallTimeout is how long one write of an event stream may wait for a
+// client that does not read. Past it the client is taken as gone: the
+// stream's producer then drops its output instead of blocking (a command
+// or a code run must never hang on a stalled client).
+const StallTimeout = time.Minute
+
 // EventWriter writes an execd event stream: each event is one JSON object
 // and a blank line, flushed at once. Headers go out with the first event,
 // so an error before it can still be answered as plain JSON.
@@ -55,6 +61,11 @@ func (ew *EventWriter) Send(events ...api.Event) error {
 	if cap(b) <= 1<<20 {
 		ew.buf = b
 	}
+	// A deadline per write, cleared after it: a later request on the same
+	// connection must not inherit it. Writers without deadlines (tests'
+	// recorders) just go without.
+	ew.rc.SetWriteDeadline(time.Now().Add(StallTimeout))
+	defer ew.rc.SetWriteDeadline(time.Time{})
 	if _, err := ew.w.Write(b); err != nil {
 		return err
 	}
