@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/execd/process"
@@ -277,5 +280,90 @@ func TestCloseEndsRunAndProcesses(t *testing.T) {
 	r := <-done
 	if r.err == nil || r.err.EName != ENameContextDied || time.Since(start) > 2*time.Second {
 		t.Fatalf("close during run: %+v after %v", r, time.Since(start))
+	}
+}
+
+// TestNoOutputAfterRunEnds: a process the code left printing never gets
+// output into a finished run (it once crashed execd sending on a closed
+// stream), and every run still ends cleanly.
+func TestNoOutputAfterRunEnds(t *testing.T) {
+	c := startContext(t, "python")
+	runCode(t, c, "import subprocess\np = subprocess.Popen(['sh', '-c', 'while :; do echo noise; done'])", 0)
+	for i := range 30 {
+		var mu sync.Mutex
+		ended := false
+		err := c.Run(context.Background(), "1", 0, func(evs ...api.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			if ended {
+				t.Errorf("run %d: an event after the run ended: %+v", i, evs)
+			}
+		})
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCode(t, c, "p.kill()", 0)
+}
+
+// TestUTF8AcrossReads: characters cut by the pipe's reads arrive whole.
+func TestUTF8AcrossReads(t *testing.T) {
+	c := startContext(t, "python")
+	r := runCode(t, c, "print('€' * 300000)\nprint('進捗 ████ ' * 20000)", 0)
+	want := strings.Repeat("€", 300000) + "\n" + strings.Repeat("進捗 ████ ", 20000) + "\n"
+	if r.stdout != want {
+		t.Fatalf("stdout differs: %d bytes, want %d; valid UTF-8 in every event: %v", len(r.stdout), len(want), validEvents(r.events))
+	}
+}
+
+func validEvents(evs []api.Event) bool {
+	for _, ev := range evs {
+		if !utf8.ValidString(ev.Text) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDeathWithForkedChild: the driver dies while a child it forked holds
+// the replies pipe; the run still ends at once, and the child is killed.
+func TestDeathWithForkedChild(t *testing.T) {
+	c := startContext(t, "python")
+	start := time.Now()
+	r := runCode(t, c, "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(600)\n    os._exit(0)\nprint(pid, flush=True)\nos._exit(1)", 0)
+	if r.err == nil || r.err.EName != ENameContextDied || time.Since(start) > 5*time.Second {
+		t.Fatalf("run: %+v after %v", r, time.Since(start))
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(r.stdout))
+	waitGone := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(waitGone) {
+			t.Fatalf("the forked child %d outlived its context", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestInterruptRightAfterStart: an interrupt sent as soon as the run is
+// under way is not lost.
+func TestInterruptRightAfterStart(t *testing.T) {
+	c := startContext(t, "python")
+	for i := range 10 {
+		done := make(chan *runResult)
+		go func() { done <- runCode(t, c, "import time\ntime.sleep(5)", 0) }()
+		for !c.Interrupt() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		select {
+		case r := <-done:
+			if r.err == nil || r.err.EName != "KeyboardInterrupt" {
+				t.Fatalf("try %d: %+v", i, r)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("try %d: the interrupt was lost", i)
+		}
 	}
 }
