@@ -520,6 +520,15 @@ function main() {
         // interrupted.
       }
     }
+    // execd holds interrupts until it reads this: from now on one counts.
+    const w = word(r.seq, RUNNING);
+    if (Atomics.compareExchange(st, 0, w, word(r.seq, WRITING)) === w) {
+      try {
+        writeLine(encode({ type: 'started', id: r.id }));
+      } finally {
+        if (Atomics.exchange(st, 0, w) === word(r.seq, WRITING_INTERRUPTED)) worker.postMessage(r.seq);
+      }
+    }
     const name = '<cell-' + r.n + '>';
     const source = (objectLiteral(code) || code) + '\n//# sourceURL=' + name;
     let compiling = true;

@@ -37,6 +37,9 @@ type jsDriver struct {
 	stderr     *jsOutput
 	ready      reply
 	started    time.Duration // from start to the ready message
+
+	mu          sync.Mutex
+	startedRuns []string // ids of the started replies, in order
 	exited     chan struct{}
 	exitErr    error
 	runs       int
@@ -187,6 +190,14 @@ func (d *jsDriver) readReplies(f *os.File) {
 		n, err := br.Read(buf)
 		s.write(buf[:n], func(line []byte) {
 			m, err := parseReply(line)
+			if err == nil && m.Type == replyStarted {
+				// Checked by TestJavascriptStarted; the runs' own checks
+				// see the replies that carry their outcome.
+				d.mu.Lock()
+				d.startedRuns = append(d.startedRuns, m.ID)
+				d.mu.Unlock()
+				return
+			}
 			d.replies <- jsReply{reply: m, err: err}
 		}, func(err error) {
 			d.replies <- jsReply{err: err}
@@ -831,5 +842,20 @@ func BenchmarkJavascriptRoundTrip(b *testing.B) {
 	d.run("1+1")
 	for b.Loop() {
 		d.run("1+1")
+	}
+}
+
+// TestJavascriptStarted: every run is announced as started before its
+// outcome, which is when execd lets interrupts through.
+func TestJavascriptStarted(t *testing.T) {
+	d := startJS(t, t.TempDir())
+	a := d.send("1")
+	d.wait(a)
+	b := d.send("2")
+	d.wait(b)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.startedRuns) != 2 || d.startedRuns[0] != a || d.startedRuns[1] != b {
+		t.Errorf("started replies %v, want [%s %s]", d.startedRuns, a, b)
 	}
 }
