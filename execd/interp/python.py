@@ -15,9 +15,10 @@ The code runs as in a Jupyter kernel:
 - Every cell runs inside the context's asyncio event loop, so top-level await
   works and asyncio.create_task() works without await. The loop runs only while
   a cell runs: tasks a cell leaves behind advance only when a later cell gives
-  the loop a turn (awaits), never between cells. As in Jupyter,
-  asyncio.run() and loop.run_until_complete() cannot be used in a cell (the
-  loop is already running): await the coroutine instead.
+  the loop a turn (awaits), never between cells. Unlike in Jupyter,
+  asyncio.run() works in a cell, as in a script: its coroutine runs to the end
+  on a loop of its own in a helper thread while the cell waits.
+  loop.run_until_complete() on the context's loop cannot be used (it runs).
 - IPython syntax at the start of a line: `!cmd` runs cmd in a shell, `%pip`
   runs pip, `%cd`, `%env`, `%pwd` do what they do in IPython, `%matplotlib`
   (and `%config InlineBackend...`, `%load_ext autoreload`, `%autoreload`) are
@@ -991,11 +992,75 @@ def _main():
 
             loop = S.loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
+            patch_asyncio_run(asyncio)
             # A cell is one callback of the loop, however long it runs: in
             # asyncio's debug mode (python -X dev) each would be reported as
             # a slow callback.
             loop.slow_callback_duration = 1e9
         return loop
+
+    def patch_asyncio_run(asyncio):
+        """Lets script-style code call asyncio.run() in a cell. The cell
+        runs inside the context's loop, where the real asyncio.run refuses
+        to start; there the coroutine runs to its end on a loop of its own,
+        in a helper thread, while the cell waits, as it would in a script.
+        An interrupt cancels it."""
+        import threading
+
+        real_run = asyncio.run
+        if getattr(real_run, "_osb", False):
+            return
+
+        def run(main, **kwargs):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return real_run(main, **kwargs)
+            box = {}
+            loop = asyncio.new_event_loop()
+
+            def target():
+                asyncio.set_event_loop(loop)
+                try:
+                    box["value"] = loop.run_until_complete(main)
+                except BaseException as e:
+                    box["error"] = e
+                finally:
+                    try:
+                        rest = asyncio.all_tasks(loop)
+                        for t in rest:
+                            t.cancel()
+                        if rest:
+                            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                    finally:
+                        asyncio.set_event_loop(None)
+                        loop.close()
+
+            t = threading.Thread(target=target, name="asyncio.run", daemon=True)
+            t.start()
+            try:
+                t.join()
+            except BaseException:
+                # Interrupted: cancel what the coroutine runs, give it a
+                # moment to unwind, and let the interrupt through.
+                def cancel_all():
+                    for task in asyncio.all_tasks(loop):
+                        task.cancel()
+
+                try:
+                    loop.call_soon_threadsafe(cancel_all)
+                except RuntimeError:
+                    pass  # already closed
+                t.join(2)
+                raise
+            if "error" in box:
+                raise box["error"]
+            return box.get("value")
+
+        run._osb = True
+        run.__wrapped__ = real_run
+        asyncio.run = run
 
     async def cell(body, last):
         """Runs a cell's code objects in the context's loop: body, then the

@@ -632,6 +632,28 @@ func TestPythonAsyncio(t *testing.T) {
 		t.Errorf("the interrupted task was not unwound: %+v", r)
 	}
 
+	// Script-style asyncio.run works in a cell, and an interrupt stops it.
+	r = runCode(t, c, "async def main():\n    await asyncio.sleep(0.01)\n    return 42\nasyncio.run(main())", 0)
+	if r.err != nil || len(r.results) != 1 || r.results[0]["text"] != "42" {
+		t.Errorf("asyncio.run in a cell: %+v", r)
+	}
+	r = runCode(t, c, "async def boom():\n    raise ValueError('inner')\nasyncio.run(boom())", 0)
+	if r.err == nil || r.err.EName != "ValueError" {
+		t.Errorf("asyncio.run raising: %+v", r)
+	}
+	done := make(chan *runResult)
+	go func() { done <- runCode(t, c, "asyncio.run(asyncio.sleep(30))", 0) }()
+	waitBusy(t, c)
+	c.Interrupt()
+	select {
+	case r = <-done:
+		if r.err == nil || r.err.EName != "KeyboardInterrupt" {
+			t.Errorf("asyncio.run interrupted: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the interrupt did not stop asyncio.run")
+	}
+
 	runCode(t, c, "import contextvars, decimal\nvar = contextvars.ContextVar('var')\nvar.set('kept')\ndecimal.getcontext().prec = 40", 0)
 	r = runCode(t, c, "(var.get(), decimal.getcontext().prec)", 0)
 	if len(r.results) != 1 || r.results[0]["text"] != "('kept', 40)" {
