@@ -203,10 +203,18 @@ func (a *app) codeSource(cmd *cobra.Command, code, file string) (string, error) 
 	return string(b), nil
 }
 
-// showResult prints a result's text on stdout and saves or lists its
-// images; it returns how many images it saved.
+// showResult prints a result's text on stdout (unless it is an image's)
+// and saves or lists its images; it returns how many images it saved.
 func (a *app) showResult(r map[string]any, dir string, savedBefore int) int {
-	if text, ok := r["text"].(string); ok {
+	hasImage := false
+	for mime := range imageTypes {
+		if _, ok := r[mime]; ok {
+			hasImage = true
+		}
+	}
+	// An image's text ("<Figure size 640x480 with 1 Axes>") says nothing
+	// the image does not.
+	if text, ok := r["text"].(string); ok && !hasImage {
 		fmt.Fprint(a.Out, text)
 		if !strings.HasSuffix(text, "\n") {
 			fmt.Fprintln(a.Out)
