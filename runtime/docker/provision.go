@@ -127,6 +127,11 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	if info.State == "paused" {
 		state, reason = sandbox.StatePaused, "CONTAINER_PAUSED"
 	}
+	if state == sandbox.StateRunning && !e.requested.IsZero() {
+		// Reported before anyone can see it Running, so that whoever sees
+		// it finds it counted.
+		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(e.requested))
+	}
 	err = r.updateRecord(id, func(cur *entry) (func(*record), error) {
 		if cur != nil {
 			r.transitionLocked(cur, state, reason, "")
@@ -135,9 +140,6 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	})
 	if err != nil {
 		r.log.Warn("record sandbox running", "sandbox", id, "err", err)
-	}
-	if state == sandbox.StateRunning && !e.requested.IsZero() {
-		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(e.requested))
 	}
 	r.log.Info("sandbox running", "sandbox", id, "image", spec.Image)
 	return nil
