@@ -53,7 +53,7 @@ type row = report.Row
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
-	out := flag.String("out", "bench/results", "directory for the JSON results")
+	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
 	set, ok := modes[*mode]
 	if !ok {
@@ -70,7 +70,7 @@ func main() {
 	rep := report.Report{Benchmark: "server", Subject: "server", Mode: *mode, RatioNote: "server time / baseline time (below 1.0 is faster than the baseline)", RatioFormat: "%.2f", Rows: rows}
 	rep.Print(os.Stdout)
 	if err == nil {
-		err = rep.WriteJSON(*out)
+		err = rep.Write(*out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverbench:", err)
