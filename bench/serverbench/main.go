@@ -45,7 +45,7 @@ type settings struct {
 
 var modes = map[string]settings{
 	"full":  {image: "opensandbox/python:3.11", creates: 40, baselines: 20, fleet: 500, lists: 100},
-	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 100, lists: 50},
+	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 30, lists: 50},
 }
 
 // row is one line of the results table.
