@@ -111,6 +111,7 @@ type fired struct {
 	wall time.Duration
 	lat  []time.Duration // of the creates that succeeded
 	ids  []string        // what was made, "" where nothing was
+	ok   []string        // what was made and succeeded
 	errs []error
 }
 
@@ -135,6 +136,7 @@ func fire(n int, one func() (string, error)) fired {
 				f.errs = append(f.errs, err)
 			} else {
 				f.lat = append(f.lat, d)
+				f.ok = append(f.ok, id)
 			}
 		}()
 	}
@@ -161,21 +163,32 @@ func (b *bench) concurrentRow(name string, ours fired) row {
 
 // concurrentCold fires the creates of new sandboxes at once, then the
 // baseline's `docker run -d` + `docker exec true` at once. Failed creates
-// are part of the measure: the row counts them.
+// are part of the measure: the row counts them. Each fleet, once it
+// idles, is measured for the density row before it is removed.
 func (b *bench) concurrentCold(ctx context.Context) ([]row, error) {
-	name := fmt.Sprintf("%d concurrent creates, cold: wall (p99)", b.set.concurrent)
-	ours := fire(b.set.concurrent, func() (string, error) {
+	n := b.set.concurrent
+	name := fmt.Sprintf("%d concurrent creates, cold: wall (p99)", n)
+	density := row{Name: fmt.Sprintf("density: idle sandboxes per GiB (%d idle)", n), Unit: "/GiB", BaseName: "docker run -d"}
+	ours := fire(n, func() (string, error) {
 		return b.srv.createToCommand(ctx, createRequest(image, limits), 50*time.Millisecond)
 	})
 	b.warnErrors("cold create", ours.errs)
-	b.warn(b.srv.deleteAll(cleanupCtx(ctx), ours.ids))
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	cids, err := b.srv.containersOf(ctx, ours.ok)
+	if err == nil {
+		b.ourIdle, err = measureFleet(ctx, cids)
 	}
-	b.concurrentBase = fire(b.set.concurrent, func() (string, error) { return baselineCreateToCommand(ctx, image) })
+	b.warn(b.srv.deleteAll(cleanupCtx(ctx), ours.ids))
+	if err != nil {
+		return []row{b.concurrentRow(name, ours), density}, err
+	}
+	b.concurrentBase = fire(n, func() (string, error) { return baselineCreateToCommand(ctx, image) })
 	b.warnErrors("baseline create", b.concurrentBase.errs)
+	b.baseIdle, err = measureFleet(ctx, b.concurrentBase.ok)
 	removeContainers(b.concurrentBase.ids)
-	return []row{b.concurrentRow(name, ours)}, ctx.Err()
+	if err != nil {
+		return []row{b.concurrentRow(name, ours), density}, err
+	}
+	return []row{b.concurrentRow(name, ours), b.densityRow(density)}, ctx.Err()
 }
 
 // concurrentPooled fills a pool with as many sandboxes as it then
@@ -185,7 +198,7 @@ func (b *bench) concurrentPooled(ctx context.Context) (_ []row, retErr error) {
 	name := fmt.Sprintf("%d concurrent creates, pooled: wall (p99)", n)
 	target := fmt.Sprintf("0 errors, p99 < %.0f ms", concurrentP9)
 	r := b.concurrentRow(name, fired{})
-	r.Target, r.Note = target, fmt.Sprintf("pool buffer %d; baseline as above", n)
+	r.Value, r.Target, r.Note = 0, target, fmt.Sprintf("pool buffer %d; baseline as above", n)
 	if err := b.srv.createPool(ctx, poolTemplate(), n, n); err != nil {
 		return []row{r}, err
 	}
@@ -197,6 +210,7 @@ func (b *bench) concurrentPooled(ctx context.Context) (_ []row, retErr error) {
 	b.warn(b.srv.deleteAll(cleanupCtx(ctx), ours.ids))
 	r = b.concurrentRow(name, ours)
 	r.Target = target
+	r.Note += fmt.Sprintf("; pool buffer %d", n)
 	return []row{r.Judge(len(ours.errs) == 0 && r.P99 < concurrentP9)}, ctx.Err()
 }
 

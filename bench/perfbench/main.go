@@ -11,7 +11,8 @@
 //   - stdout stream and file throughput through execd against
 //     `docker exec` and `docker cp`;
 //   - density: idle sandboxes per GiB against idle `docker run -d`
-//     containers of the same image, measured the same way.
+//     containers of the same image, measured the same way, on the fleets
+//     the concurrent cold creates leave.
 //
 // It builds execd (static) and opensandbox-server from this tree, starts
 // the server on a throwaway configuration with its own label scope on
@@ -54,14 +55,13 @@ type settings struct {
 	streamBytes int64 // stdout streamed, in 1000-byte lines
 	fileBytes   int64 // the file uploaded and downloaded
 	fileRuns    int   // runs of each transfer; the median counts
-	density     int   // idle sandboxes, and idle baseline containers, measured
 }
 
 var modes = map[string]settings{
 	"full": {creates: 40, poolBuffer: 4, concurrent: 100, roundTrips: 500, dockerExecs: 30,
-		streamBytes: 100_000_000, fileBytes: 512 << 20, fileRuns: 3, density: 50},
+		streamBytes: 100_000_000, fileBytes: 512 << 20, fileRuns: 3},
 	"quick": {creates: 10, poolBuffer: 4, concurrent: 30, roundTrips: 100, dockerExecs: 10,
-		streamBytes: 20_000_000, fileBytes: 64 << 20, fileRuns: 1, density: 20},
+		streamBytes: 20_000_000, fileBytes: 64 << 20, fileRuns: 1},
 }
 
 // row is one line of the results table.
@@ -142,30 +142,49 @@ type bench struct {
 	// concurrentBase is the baseline's concurrent run, which the cold and
 	// the pooled concurrent rows share.
 	concurrentBase fired
+	// ourIdle and baseIdle are the memory of the fleets of the concurrent
+	// cold run, read once they idled: the density row.
+	ourIdle, baseIdle footprint
 }
+
+// The rows of the table, in the issue's order; the steps measure them in
+// another.
+const (
+	rowCold = iota
+	rowPooled
+	rowRoundTrip
+	rowConcurrentCold
+	rowConcurrentPooled
+	rowStream
+	rowUpload
+	rowDownload
+	rowDensity
+	numRows
+)
 
 // step measures one or more rows. On failure it returns the rows with
 // their names, which the table then shows as failed.
 type step struct {
 	what string
+	rows []int // where its rows go in the table, in the order it returns them
 	run  func(ctx context.Context) ([]row, error)
 }
 
-// runAll runs every step, in the issue's order. A step that fails marks
-// its rows failed and the run goes on; its error is returned.
+// runAll runs every step. A step that fails marks its rows failed and the
+// run goes on; its error is returned.
 func (b *bench) runAll(ctx context.Context) (rows []row, failed []error) {
 	steps := []step{
-		{"warm-up", b.warmUp},
-		{"create to first command, cold", b.coldCreates},
-		{"create to first command, pooled", b.pooledCreates},
-		{"round trip and throughput", b.throughput},
-		{"concurrent creates, cold", b.concurrentCold},
-		{"concurrent creates, pooled", b.concurrentPooled},
-		{"density", b.density},
+		{"warm-up", nil, b.warmUp},
+		{"create to first command, cold", []int{rowCold}, b.coldCreates},
+		{"create to first command, pooled", []int{rowPooled}, b.pooledCreates},
+		{"round trip and throughput", []int{rowRoundTrip, rowStream, rowUpload, rowDownload}, b.throughput},
+		{"concurrent creates, cold, and density", []int{rowConcurrentCold, rowDensity}, b.concurrentCold},
+		{"concurrent creates, pooled", []int{rowConcurrentPooled}, b.concurrentPooled},
 	}
+	table := make([]*row, numRows)
 	for _, s := range steps {
 		if ctx.Err() != nil {
-			return rows, failed
+			break
 		}
 		t := time.Now()
 		got, err := s.run(ctx)
@@ -180,15 +199,18 @@ func (b *bench) runAll(ctx context.Context) (rows []row, failed []error) {
 				got[i].Missing = "failed (see the log)"
 			}
 		}
-		for _, r := range got {
-			if r.Missing != "" {
-				fmt.Fprintf(b.progress, "  %s: %s\n", r.Name, r.Missing)
-			} else {
-				fmt.Fprintf(b.progress, "  %s: %s\n", r.Name, r.Ours())
+		for i, r := range got {
+			fmt.Fprintf(b.progress, "  %s: %s\n", r.Name, r.Ours())
+			if i < len(s.rows) {
+				table[s.rows[i]] = &got[i]
 			}
 		}
 		fmt.Fprintf(b.progress, "perfbench: %s took %.1f s\n", s.what, time.Since(t).Seconds())
-		rows = append(rows, got...)
+	}
+	for _, r := range table {
+		if r != nil {
+			rows = append(rows, *r)
+		}
 	}
 	return rows, failed
 }
