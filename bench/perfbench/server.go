@@ -59,7 +59,9 @@ func startServer(ctx context.Context, logTo io.Writer, logLevel string) (_ *serv
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	s := &server{dir: dir, scope: scopePrefix + randomHex(4), key: randomHex(24),
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256}}}
+		// The timeout only keeps a wedged engine from hanging the run; the
+		// longest request, an upload, takes seconds.
+		hc: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256}}}
 	defer func() {
 		if retErr != nil {
 			s.stop()
