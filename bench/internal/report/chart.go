@@ -28,7 +28,7 @@ const (
 	rowHeight  = 52  // one row: two bars, or two lines of label
 	labelWidth = 440 // the column of row names, from the left margin
 	barLeft    = margin + labelWidth + 10
-	barMax     = 520 // the longest bar of a row
+	barMax     = 470 // the longest bar of a row
 	barHeight  = 16
 )
 
