@@ -59,9 +59,8 @@ func removeContainers(ids []string) {
 
 // removeLabelled removes every container with the label (key=value).
 func removeLabelled(label string) {
-	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+label).Output()
-	if err == nil {
-		removeContainers(strings.Fields(string(out)))
+	if out, err := docker(context.Background(), "ps", "-aq", "--filter", "label="+label); err == nil {
+		removeContainers(strings.Fields(out))
 	}
 }
 
@@ -69,12 +68,12 @@ func removeLabelled(label string) {
 // killed: the baselines, and those of servers of this harness.
 func removeLeftovers() {
 	removeLabelled(baselineLabel)
-	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=opensandbox.scope", "--format", `{{.ID}} {{.Label "opensandbox.scope"}}`).Output()
+	out, err := docker(context.Background(), "ps", "-a", "--filter", "label=opensandbox.scope", "--format", `{{.ID}} {{.Label "opensandbox.scope"}}`)
 	if err != nil {
 		return
 	}
 	var ids []string
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if id, scope, ok := strings.Cut(line, " "); ok && strings.HasPrefix(scope, scopePrefix) {
 			ids = append(ids, id)
 		}

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,8 +150,12 @@ func (b *bench) stop() {
 		b.cmd.Process.Signal(os.Interrupt)
 		b.cmd.Wait()
 	}
-	if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=opensandbox.scope="+b.scope).Output(); len(bytes.TrimSpace(ids)) > 0 {
-		exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+	// Eight at a time: the docker CLI removes the IDs it is given in
+	// parallel, and Debian's dockerd 20.10 has been seen to deadlock in
+	// its network code when fifty containers exit at once.
+	ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=opensandbox.scope="+b.scope).Output()
+	for batch := range slices.Chunk(strings.Fields(string(ids)), 8) {
+		exec.Command("docker", append([]string{"rm", "-f"}, batch...)...).Run()
 	}
 	os.RemoveAll(b.dir)
 }
