@@ -85,7 +85,7 @@ type row = report.Row
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
-	out := flag.String("out", "bench/results", "directory for the JSON results")
+	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
 	set, ok := modes[*mode]
 	if !ok {
@@ -118,7 +118,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "codebench:", err)
 		os.Exit(1)
 	}
-	if err := rep.WriteJSON(*out); err != nil {
+	if err := rep.Write(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "codebench:", err)
 		os.Exit(1)
 	}

@@ -47,7 +47,7 @@ var modes = map[string]settings{
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
-	out := flag.String("out", "bench/results", "directory for the JSON results")
+	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
 	set, ok := modes[*mode]
 	if !ok {
@@ -62,7 +62,7 @@ func main() {
 	rep := report.Report{Benchmark: "cp", Subject: "osb cp", Mode: *mode, Rows: rows,
 		RatioNote: "docker cp time / osb cp time (above 1.0: osb cp is faster)", RatioFormat: "%.2fx"}
 	rep.Print(os.Stdout)
-	if err := rep.WriteJSON(*out); err != nil {
+	if err := rep.Write(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "cpbench:", err)
 		os.Exit(1)
 	}

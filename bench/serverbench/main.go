@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ type settings struct {
 
 var modes = map[string]settings{
 	"full":  {image: "opensandbox/python:3.11", creates: 40, baselines: 20, fleet: 500, lists: 100},
-	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 100, lists: 50},
+	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 30, lists: 50},
 }
 
 // row is one line of the results table.
@@ -53,7 +54,7 @@ type row = report.Row
 
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
-	out := flag.String("out", "bench/results", "directory for the JSON results")
+	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
 	set, ok := modes[*mode]
 	if !ok {
@@ -70,7 +71,7 @@ func main() {
 	rep := report.Report{Benchmark: "server", Subject: "server", Mode: *mode, RatioNote: "server time / baseline time (below 1.0 is faster than the baseline)", RatioFormat: "%.2f", Rows: rows}
 	rep.Print(os.Stdout)
 	if err == nil {
-		err = rep.WriteJSON(*out)
+		err = rep.Write(*out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverbench:", err)
@@ -149,8 +150,12 @@ func (b *bench) stop() {
 		b.cmd.Process.Signal(os.Interrupt)
 		b.cmd.Wait()
 	}
-	if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=opensandbox.scope="+b.scope).Output(); len(bytes.TrimSpace(ids)) > 0 {
-		exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+	// Eight at a time: the docker CLI removes the IDs it is given in
+	// parallel, and Debian's dockerd 20.10 has been seen to deadlock in
+	// its network code when fifty containers exit at once.
+	ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=opensandbox.scope="+b.scope).Output()
+	for batch := range slices.Chunk(strings.Fields(string(ids)), 8) {
+		exec.Command("docker", append([]string{"rm", "-f"}, batch...)...).Run()
 	}
 	os.RemoveAll(b.dir)
 }

@@ -1,6 +1,6 @@
 // Package report prints and records the results of the benchmark
-// harnesses under bench/: one table on stdout and one JSON file per
-// harness and mode. Only the harnesses import it.
+// harnesses under bench/: one table on stdout, and one JSON file and one
+// PNG chart per harness and mode. Only the harnesses import it.
 package report
 
 import (
@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -26,7 +27,70 @@ type Row struct {
 	// Ratio compares Value with Baseline as the harness's RatioNote says.
 	Ratio  float64 `json:"ratio,omitempty"`
 	Target string  `json:"target,omitempty"`
-	Note   string  `json:"note,omitempty"`
+	// Met says whether the row meets its Target; nil when the row has no
+	// target or could not be judged. Print and the chart add PASS or MISS.
+	Met *bool `json:"met,omitempty"`
+	// Missing, when set, says why this project's figure could not be
+	// measured ("not available (pools answered 501)"); Value and P99 are
+	// then meaningless and printed as this text.
+	Missing string `json:"missing,omitempty"`
+	Note    string `json:"note,omitempty"`
+}
+
+// Verdict is the target column: Target, then ": PASS" or ": MISS" when
+// Met says.
+func (row *Row) Verdict() string {
+	if row.Met == nil {
+		return row.Target
+	}
+	v := "MISS"
+	if *row.Met {
+		v = "PASS"
+	}
+	if row.Target == "" {
+		return v
+	}
+	return row.Target + ": " + v
+}
+
+// Judge sets Met to ok and returns the row, for rows built in one
+// expression.
+func (row Row) Judge(ok bool) Row {
+	row.Met = &ok
+	return row
+}
+
+// FormatValue prints a figure with three significant digits, without an
+// exponent: 0.424, 58.6, 1360.
+func FormatValue(v float64) string {
+	if v >= 1000 || v <= -1000 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// Ours is this project's figure as printed: "p50 (p99) unit", or the
+// reason it is missing.
+func (row *Row) Ours() string {
+	if row.Missing != "" {
+		return row.Missing
+	}
+	return pair(row.Value, row.P99, row.Unit)
+}
+
+// Base is the baseline's figure as printed, or "" without a baseline.
+func (row *Row) Base() string {
+	if row.BaseName == "" {
+		return ""
+	}
+	return pair(row.Baseline, row.BaseP99, row.Unit)
+}
+
+func pair(v, p99 float64, unit string) string {
+	if p99 != 0 {
+		return FormatValue(v) + " (" + FormatValue(p99) + ") " + unit
+	}
+	return FormatValue(v) + " " + unit
 }
 
 // Report is the results of one harness run.
@@ -55,19 +119,14 @@ func (r *Report) Print(w io.Writer) {
 		ratioFormat = "%.2f"
 	}
 	for _, row := range r.Rows {
-		ours := fmt.Sprintf("%.3g %s", row.Value, row.Unit)
-		if row.P99 != 0 {
-			ours = fmt.Sprintf("%.3g (%.3g) %s", row.Value, row.P99, row.Unit)
-		}
 		base, ratio := "-", "-"
 		if row.BaseName != "" {
-			base = fmt.Sprintf("%.3g %s [%s]", row.Baseline, row.Unit, row.BaseName)
-			if row.BaseP99 != 0 {
-				base = fmt.Sprintf("%.3g (%.3g) %s [%s]", row.Baseline, row.BaseP99, row.Unit, row.BaseName)
+			base = row.Base() + " [" + row.BaseName + "]"
+			if row.Missing == "" {
+				ratio = fmt.Sprintf(ratioFormat, row.Ratio)
 			}
-			ratio = fmt.Sprintf(ratioFormat, row.Ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Name, ours, base, ratio, row.Target, row.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Name, row.Ours(), base, ratio, row.Verdict(), row.Note)
 	}
 	tw.Flush()
 	if r.RatioNote != "" {
@@ -75,20 +134,29 @@ func (r *Report) Print(w io.Writer) {
 	}
 }
 
+// Write records the rows in dir as JSON and as a PNG chart:
+// dir/BENCHMARK-MODE.json and dir/BENCHMARK-MODE.png.
+func (r *Report) Write(dir string) error {
+	if err := r.WriteJSON(dir); err != nil {
+		return err
+	}
+	return r.WritePNG(dir)
+}
+
 // WriteJSON records the rows in dir/BENCHMARK-MODE.json.
 func (r *Report) WriteJSON(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return fmt.Errorf("results directory: %w", err)
 	}
 	host, _ := os.Hostname()
 	doc := map[string]any{"benchmark": r.Benchmark, "mode": r.Mode, "time": time.Now().UTC().Format(time.RFC3339), "host": host, "rows": r.Rows}
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encode results: %w", err)
 	}
 	path := filepath.Join(dir, r.Benchmark+"-"+r.Mode+".json")
 	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return err
+		return fmt.Errorf("write results: %w", err)
 	}
 	fmt.Println("results written to", path)
 	return nil
