@@ -389,3 +389,26 @@ func TestVolumes(t *testing.T) {
 		t.Fatal("a missing volume without createIfNotExists was accepted")
 	}
 }
+
+// TestImageRemovedAfterUse: an image the runtime saw a moment ago and
+// that was removed since is looked at again, not taken to be there.
+func TestImageRemovedAfterUse(t *testing.T) {
+	rt := newTestRuntime(t, func(c *Config) { c.PullPolicy = "never" })
+	tag := "opensandbox/test-vanishing:" + testScope()
+	if out, err := exec.Command("docker", "tag", testImage, tag).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v: %s", err, out)
+	}
+	defer exec.Command("docker", "rmi", tag).Run()
+	start(t, rt, sandbox.Spec{Image: tag})
+	if out, err := exec.Command("docker", "rmi", tag).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi: %v: %s", err, out)
+	}
+	id := sandbox.NewID()
+	if _, err := rt.Create(context.Background(), id, sandbox.Spec{Image: tag, Entrypoint: []string{"sleep", "100"}}); err != nil {
+		t.Fatal(err)
+	}
+	sb := runtimetest.WaitState(t, rt, id, sandbox.StateFailed, 30*time.Second)
+	if sb.Status.Reason != "IMAGE_NOT_FOUND" {
+		t.Fatalf("status %+v", sb.Status)
+	}
+}

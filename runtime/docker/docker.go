@@ -52,6 +52,9 @@ type Runtime struct {
 	recMu sync.Mutex
 	// reconcileMu keeps reconciliations from overlapping.
 	reconcileMu sync.Mutex
+	// seenImages maps image references to when they were last found on
+	// the engine.
+	seenImages sync.Map
 
 	mu   sync.Mutex
 	byID map[sandbox.ID]*entry
@@ -94,6 +97,9 @@ type entry struct {
 	from     string
 	revision int64
 	claiming bool
+	// fresh marks a sandbox created by this process, whose provisioning
+	// need not look for a container made before a restart.
+	fresh bool
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
@@ -323,6 +329,7 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 
 	e := newEntry(recordSandbox(rec), token)
 	e.pool, e.from, e.revision = pool, pool, revision
+	e.fresh = true
 	if pool == "" {
 		// A warm sandbox's start is not a create anyone waits for.
 		e.requested = requested

@@ -93,9 +93,17 @@ func (r *Runtime) fail(e *entry, reason, msg string) {
 
 func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Spec) error {
 	id := e.sb.ID
-	info, err := r.eng.inspect(ctx, containerName(id))
-	if errors.Is(err, errNoSuchObject) {
+	var info containerInfo
+	var err error
+	if e.fresh {
+		// Made in this process a moment ago: there is no container to
+		// find, and one engine call fewer is a few milliseconds less.
 		info, err = r.createContainer(ctx, e, spec)
+	} else {
+		info, err = r.eng.inspect(ctx, containerName(id))
+		if errors.Is(err, errNoSuchObject) {
+			info, err = r.createContainer(ctx, e, spec)
+		}
 	}
 	var f *failure
 	if errors.As(err, &f) || ctx.Err() != nil {
@@ -170,9 +178,23 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if ctx.Err() != nil {
 		return containerInfo{}, ctx.Err()
 	}
-	_, err = r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	cid, err := r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	if errors.Is(err, errNoSuchObject) && strings.Contains(err.Error(), "image") {
+		// The image was known here and has gone since: look again (pull it
+		// per the policy), then make the container.
+		r.seenImages.Delete(spec.Image)
+		if err := r.ensureImage(ctx, e, spec); err != nil {
+			return containerInfo{}, err
+		}
+		cid, err = r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	}
 	if err != nil && !errors.Is(err, errNameConflict) {
 		return containerInfo{}, &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("the engine refused the container: %v", err)}
+	}
+	if err == nil {
+		// Just made: created, not started, no ports yet. The inspect after
+		// the start tells the rest.
+		return containerInfo{ID: cid, State: "created"}, nil
 	}
 	return r.eng.inspect(ctx, containerName(id))
 }
@@ -199,11 +221,18 @@ func recheckHostPaths(vols []sandbox.Volume) error {
 func (r *Runtime) ensureImage(ctx context.Context, e *entry, spec *sandbox.Spec) error {
 	ref := spec.Image
 	if r.cfg.PullPolicy != "always" {
+		if at, ok := r.seenImages.Load(ref); ok && time.Since(at.(time.Time)) < imageSeenFor {
+			// Found a moment ago: one engine call fewer. Should it have
+			// gone since, the create says so and the image is looked at
+			// again (see createContainer).
+			return nil
+		}
 		ok, err := r.eng.imageExists(ctx, ref)
 		if err != nil {
 			return &failure{"IMAGE_PULL_FAILED", err.Error()}
 		}
 		if ok {
+			r.seenImages.Store(ref, time.Now())
 			return nil
 		}
 		if r.cfg.PullPolicy == "never" {
@@ -225,6 +254,10 @@ func (r *Runtime) ensureImage(ctx context.Context, e *entry, spec *sandbox.Spec)
 	}
 	return nil
 }
+
+// imageSeenFor is how long an image found on the engine is taken to be
+// there without asking again.
+const imageSeenFor = time.Minute
 
 // pulls runs image pulls, one per image and credentials at a time:
 // callers asking for a pull already under way wait for it. A pull is
@@ -379,7 +412,10 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 	}
 	url := "http://" + joinHostPort(host, port) + "/ping"
 	deadline := time.Now().Add(r.cfg.StartTimeout)
-	delay := 5 * time.Millisecond
+	// execd answers a few milliseconds after its container starts: poll
+	// every 2 ms for the first 100 ms, so that no create waits for a
+	// coarse poll, then back off.
+	delay := 2 * time.Millisecond
 	var last error
 	for n := 0; ; n++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -413,7 +449,9 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 			}
 		}
 		time.Sleep(delay)
-		delay = min(delay*2, 100*time.Millisecond)
+		if n >= 50 {
+			delay = min(delay*2, 100*time.Millisecond)
+		}
 	}
 }
 
