@@ -40,9 +40,9 @@ type jsDriver struct {
 
 	mu          sync.Mutex
 	startedRuns []string // ids of the started replies, in order
-	exited     chan struct{}
-	exitErr    error
-	runs       int
+	exited      chan struct{}
+	exitErr     error
+	runs        int
 }
 
 // jsReply is one line of fd 4, parsed as execd parses it.
