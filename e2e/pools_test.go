@@ -41,9 +41,17 @@ resource_limits = { cpu = "500m", memory = "128Mi" }
 buffer_min = 2
 buffer_max = 3
 pool_max = 10
+
+[[pools]]
+name = "plain"
+image = "` + busyboxImage + `"
+resource_limits = { cpu = "250m", memory = "96Mi" }
+buffer_min = 1
+buffer_max = 1
+pool_max = 5
 `})
 	p := s.waitPool("cfg", func(st api.PoolStatus) bool { return st.Available == 3 })
-	if p.Template == nil || p.Template.Image.URI != busyboxImage || p.CapacitySpec.BufferMax != 3 || p.Status.Revision != "1" {
+	if p.Template == nil || p.Template.Image.URI != busyboxImage || p.CapacitySpec.BufferMax != 3 || p.Status.Revision == "" {
 		t.Fatalf("pool from the config: %+v", p)
 	}
 
@@ -70,14 +78,26 @@ pool_max = 10
 		t.Errorf("pooled sandbox %+v", sb)
 	}
 
-	// A plain create with the same image and resources claims too.
+	// A plain create with the same image and resources claims too, from a
+	// pool without variables of its own; one whose template sets some
+	// serves only creates that name it.
+	s.waitPool("plain", func(st api.PoolStatus) bool { return st.Available == 1 })
 	req := sandboxRequest(busyboxImage, "sleep", "1000")
-	req.ResourceLimits = map[string]string{"cpu": "500m", "memory": "128Mi"}
+	req.ResourceLimits = map[string]string{"cpu": "250m", "memory": "96Mi"}
 	s.call("POST", "/v1/sandboxes", req, 202, &created)
 	if created.Status.State != "Running" {
 		t.Errorf("matching create was not served warm: %+v", created)
 	}
 	s.execd(created.ID).mustRun("true")
+	req.ResourceLimits = map[string]string{"cpu": "500m", "memory": "128Mi"}
+	s.call("POST", "/v1/sandboxes", req, 202, &created)
+	if created.Status.State == "Running" {
+		t.Errorf("a plain create was served by a pool with variables of its own")
+	}
+	s.waitState(created.ID, "Running", 60*time.Second)
+	if out := s.execd(created.ID).mustRun("echo x$FROM_POOL"); out != "x" {
+		t.Errorf("a plain create got the pool's variables: %q", out)
+	}
 
 	// A pool through the API; concurrent creates beyond its size all work,
 	// each sandbox handed out once.
@@ -114,8 +134,9 @@ pool_max = 10
 	// The server's metrics count the claims and the pooled creates.
 	_, metrics := s.do("GET", "/metrics", nil)
 	for _, want := range []string{`opensandbox_pool_claims_total{pool="api",result="hit"} 5`,
-		`opensandbox_pool_claims_total{pool="api",result="miss"} 7`, `opensandbox_pool_sandboxes{pool="cfg",state="allocated"} 2`,
-		`opensandbox_sandbox_create_duration_seconds_count{mode="pooled"} 7`} {
+		`opensandbox_pool_claims_total{pool="api",result="miss"} 7`, `opensandbox_pool_sandboxes{pool="cfg",state="allocated"} 1`,
+		`opensandbox_sandbox_create_duration_seconds_count{mode="pooled"} 7`,
+		`opensandbox_pool_claims_total{pool="plain",result="hit"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -142,11 +163,11 @@ pool_max = 10
 	s.start()
 	var list api.ListPoolsResponse
 	s.call("GET", "/v1/pools", nil, 200, &list)
-	if len(list.Items) != 2 {
+	if len(list.Items) != 3 {
 		t.Fatalf("pools after restart: %+v", list)
 	}
 	p = s.waitPool("cfg", func(st api.PoolStatus) bool { return st.Available == 1 })
-	if p.Status.Allocated != 2 {
+	if p.Status.Allocated != 1 {
 		t.Errorf("cfg after restart: %+v", p.Status)
 	}
 	s.execd(ids[0]).mustRun("true")

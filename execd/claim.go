@@ -23,6 +23,9 @@ func (s *Server) claimSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := httpx.DecodeJSON(w, r, &req, 0, false); err != nil {
 		return err
 	}
+	if !s.cfg.Claimable {
+		return httpx.Errorf(http.StatusForbidden, api.CodeNotSupported, "this sandbox was not started for a warm pool: it cannot be claimed")
+	}
 	if s.cfg.AccessToken == "" {
 		return httpx.Errorf(http.StatusConflict, api.CodeInvalidRequestBody, "execd runs without a token (--insecure): it cannot be claimed")
 	}

@@ -8,7 +8,10 @@ import (
 )
 
 func TestClaim(t *testing.T) {
-	s, c := newTestServer(t, nil)
+	_, plain := newTestServer(t, nil)
+	plain.wantError("POST", "/claim", api.ClaimRequest{Token: "fresh-token-0123456789"}, 403, api.CodeNotSupported)
+
+	s, c := newTestServer(t, func(cfg *Config) { cfg.Claimable = true })
 	c.wantError("POST", "/claim", api.ClaimRequest{Token: "short"}, 400, api.CodeInvalidRequestBody)
 	c.wantError("POST", "/claim", api.ClaimRequest{Token: "0123456789abcdef0123", Env: map[string]string{"EXECD_ACCESS_TOKEN": "x"}}, 400, api.CodeInvalidRequestBody)
 

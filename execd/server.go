@@ -74,6 +74,10 @@ type Config struct {
 	// made inside it). Default: the system temporary directory.
 	TempDir string
 
+	// Claimable lets POST /claim hand the sandbox to a user once: set for
+	// the pre-started sandboxes of warm pools only.
+	Claimable bool
+
 	// MaxCodeContexts bounds the code contexts (interpreters) alive at
 	// once, default contexts included. Default 32.
 	MaxCodeContexts int

@@ -56,7 +56,7 @@ func PoolFromRequest(req *api.PoolRequest) (sandbox.Pool, error) {
 		p.Template.Entrypoint = slices.Clone(t.Entrypoint)
 	}
 	for k, v := range t.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+		if k == "" || k == reservedEnv || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return p, invalid(codeInvalidParameter, "pool %s: template.env %q: names must be non-empty without '=' or NUL, values without NUL", req.Name, k)
 		}
 	}

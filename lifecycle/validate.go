@@ -33,6 +33,10 @@ const (
 	maxRenewExtend = 86400
 )
 
+// reservedEnv is the variable that hands execd its token; a request may
+// not set it.
+const reservedEnv = "EXECD_ACCESS_TOKEN"
+
 // snapshotEntrypoint is the main process of a sandbox restored from a
 // snapshot without an entrypoint: one that keeps it alive.
 var snapshotEntrypoint = []string{"tail", "-f", "/dev/null"}
@@ -127,6 +131,9 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 		}
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(*v, 0) {
 			return spec, invalid(codeInvalidParameter, "env %q: names must be non-empty without '=' or NUL, values without NUL", k)
+		}
+		if k == reservedEnv {
+			return spec, invalid(codeInvalidParameter, "env %s is reserved: it carries the sandbox's own access token", k)
 		}
 		if spec.Env == nil {
 			spec.Env = map[string]string{}

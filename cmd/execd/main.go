@@ -89,6 +89,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.Config.EnvFile, "envs-file", os.Getenv("EXECD_ENVS"), "KEY=VALUE file merged into every command's environment (env EXECD_ENVS)")
 	fs.DurationVar(&m.Config.RecordTTL, "record-ttl", time.Hour, "how long a finished command's status and log stay available")
 	fs.IntVar(&m.Config.MaxRecords, "max-records", 1024, "most finished commands kept")
+	fs.BoolVar(&m.Config.Claimable, "claimable", false, "accept one POST /claim (set by the server for warm pool sandboxes)")
 	fs.IntVar(&m.Config.MaxCodeContexts, "max-code-contexts", 32, "most code contexts (interpreters) alive at once")
 	fs.Int64Var(&m.Config.MaxLogBytes, "max-log-bytes", 64<<20, "log kept per background command; the oldest output gives way beyond it")
 	fs.Int64Var(&m.Config.MaxUploadBytes, "max-upload-bytes", 0, "largest upload request in bytes (0: no limit)")

@@ -248,6 +248,10 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	}
 	env = append(env, envExecdToken+"="+token)
 	cmd := append([]string{"--"}, spec.Entrypoint...)
+	if pool != "" {
+		// Started without its entrypoint, which a claim brings.
+		cmd = []string{"--claimable", "--"}
+	}
 	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
 	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}

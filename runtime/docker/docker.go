@@ -300,6 +300,10 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	return r.create(ctx, id, spec, "", 0)
 }
 
+// errPoolGone: a warm sandbox was to be started for a pool that has been
+// deleted or changed since.
+var errPoolGone = errors.New("the pool no longer wants this sandbox")
+
 // create makes a sandbox, or with pool set a warm sandbox of that pool's
 // template revision, which stays invisible until claimed.
 func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, pool string, revision int64) (*sandbox.Sandbox, error) {
@@ -335,6 +339,11 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 		e.requested = requested
 	}
 	r.mu.Lock()
+	if ps := r.pools[pool]; pool != "" && (ps == nil || ps.def.Revision != revision) {
+		// The pool went, or changed, since this start was decided.
+		r.mu.Unlock()
+		return nil, fmt.Errorf("pool %s, revision %d: %w", pool, revision, errPoolGone)
+	}
 	if _, exists := r.byID[id]; exists {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrConflict)

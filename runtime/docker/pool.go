@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -43,9 +45,10 @@ type poolState struct {
 	// failures counts warm sandboxes that failed to start in a row;
 	// retryAt is when the next may be tried; lastErr says why the last
 	// failed.
-	failures int
-	retryAt  time.Time
-	lastErr  string
+	failures    int
+	retryAt     time.Time
+	lastFailure time.Time
+	lastErr     string
 }
 
 // claimClient calls execd's /claim; it never goes through a proxy.
@@ -114,8 +117,10 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	if err := r.checkPool(&p); err != nil {
 		return nil, err
 	}
-	p.Revision = 1
+	// Revisions never repeat across a pool's lives: a warm sandbox left by
+	// a deleted pool can never pass for one of a new pool of that name.
 	p.CreatedAt = time.Now().UTC()
+	p.Revision = p.CreatedAt.UnixMilli()
 	r.mu.Lock()
 	if _, ok := r.pools[p.Name]; ok {
 		r.mu.Unlock()
@@ -147,6 +152,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 		return nil, poolNotFound(p.Name)
 	}
 	p.CreatedAt, p.Revision = ps.def.CreatedAt, ps.def.Revision
+	p.FromConfig = p.FromConfig || ps.def.FromConfig
 	if !sameTemplate(&ps.def.Template, &p.Template) {
 		p.Revision++
 		ps.failures, ps.lastErr, ps.retryAt = 0, "", time.Time{}
@@ -162,10 +168,12 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	return info, nil
 }
 
-// sameTemplate compares two templates by what makes a warm sandbox.
+// sameTemplate compares two templates by what makes a warm sandbox (the
+// entrypoint starts only at a claim, so it does not count).
 func sameTemplate(a, b *sandbox.Spec) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
+	ma, mb := memberSpec(a), memberSpec(b)
+	ja, _ := json.Marshal(&ma)
+	jb, _ := json.Marshal(&mb)
 	return bytes.Equal(ja, jb)
 }
 
@@ -226,21 +234,19 @@ func (r *Runtime) poolInfoLocked(ps *poolState) *sandbox.PoolInfo {
 	info.Template = cloneSpec(&ps.def.Template)
 	st := &info.Status
 	for _, e := range r.byID {
-		if e.deleting {
+		if e.deleting || e.from != ps.def.Name {
 			continue
 		}
+		state := e.sb.Status.State
 		switch {
-		case e.pool == ps.def.Name:
-			switch {
-			case e.claiming:
-				st.Allocated++
-			case e.sb.Status.State == sandbox.StatePending:
-				st.Starting++
-			case e.sb.Status.State == sandbox.StateRunning && e.revision == ps.def.Revision:
-				st.Available++
-			}
-		case e.pool == "" && e.from == ps.def.Name:
+		case state == sandbox.StateFailed || state == sandbox.StateTerminated || state == sandbox.StateUnknown:
+			// Gone or going: neither ready nor anyone's.
+		case e.pool == "" || e.claiming:
 			st.Allocated++
+		case state == sandbox.StatePending:
+			st.Starting++
+		case state == sandbox.StateRunning && e.revision == ps.def.Revision:
+			st.Available++
 		}
 	}
 	st.Total = st.Allocated + st.Available + st.Starting
@@ -258,11 +264,24 @@ func cloneSpec(s *sandbox.Spec) sandbox.Spec {
 // matches reports whether a create for spec may be served, transparently,
 // by the pool: same image and resources, and nothing a warm sandbox could
 // not take at claim time.
+// A template with environment variables of its own serves only creates
+// that name it: a plain create must not get variables it did not ask for.
 func (ps *poolState) matches(spec *sandbox.Spec) bool {
 	t := &ps.def.Template
-	return spec.Image == t.Image && spec.Resources == t.Resources && spec.SnapshotID == "" &&
-		spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil && !spec.SecureAccess &&
-		spec.NetworkPolicy == nil && spec.Extensions[extRuntime] == ""
+	return spec.Image == t.Image && spec.Resources == t.Resources && len(t.Env) == 0 && ps.satisfies(spec)
+}
+
+// satisfies reports whether a warm sandbox of the pool can be what a
+// create that names the pool asks for: an image and resources, if given,
+// are the template's, and nothing else needs the container made for it
+// (volumes, a platform, secure access, a network policy, another OCI
+// runtime). A create that asks for more is made cold.
+func (ps *poolState) satisfies(spec *sandbox.Spec) bool {
+	t := &ps.def.Template
+	return (spec.Image == "" || spec.Image == t.Image) &&
+		(spec.Resources == sandbox.Resources{} || spec.Resources == t.Resources) &&
+		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
+		!spec.SecureAccess && spec.NetworkPolicy == nil && spec.Extensions[extRuntime] == ""
 }
 
 // Claim hands out a warm sandbox: of pool when it is named, else of the
@@ -277,6 +296,12 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			if !ok {
 				r.mu.Unlock()
 				return nil, poolNotFound(pool)
+			}
+			if !ps.satisfies(&spec) {
+				ps.misses++
+				r.mu.Unlock()
+				r.cfg.Observer.PoolClaim(pool, false)
+				return nil, sandbox.ErrPoolEmpty
 			}
 			candidates = []*poolState{ps}
 		} else {
@@ -317,11 +342,22 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
 			return sb, nil
 		}
-		r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "sandbox", e.sb.ID, "err", err)
 		r.mu.Lock()
-		e.claiming = false
+		if errors.Is(err, sandbox.ErrInvalid) {
+			// The request, not the sandbox, was at fault: it stays warm.
+			e.claiming = false
+			r.mu.Unlock()
+			return nil, err
+		}
+		r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "sandbox", e.sb.ID, "err", err)
+		// Never unmarked before it is marked deleting: no other claim may
+		// take it in between.
+		r.discardLocked(e, "it could not be claimed")
+		if try == claimTries-1 {
+			ps.misses++
+			r.cfg.Observer.PoolClaim(def.Name, false)
+		}
 		r.mu.Unlock()
-		r.discard([]*entry{e}, "it could not be claimed")
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -372,13 +408,23 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	}
 	req.Header.Set(sandbox.HeaderExecdToken, oldToken)
 	req.Header.Set("Content-Type", "application/json")
+	// Recorded first: a restart that finds a claim begun and not finished
+	// cannot tell whether execd took it, so it removes the sandbox rather
+	// than hand it out again (see restore).
+	if err := r.st.updateRecord(id, func(rec *record) { rec.Claiming = true }); err != nil {
+		return nil, fmt.Errorf("record the claim: %w", err)
+	}
 	resp, err := claimClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("claim through execd: %w", err)
 	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("claim through execd: %s", resp.Status)
+	switch {
+	case resp.StatusCode == http.StatusBadRequest:
+		return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "the sandbox refused the request: "+string(msg))
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("claim through execd: %s: %s", resp.Status, msg)
 	}
 
 	now := time.Now().UTC()
@@ -406,32 +452,44 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	if err != nil {
 		// The index has it as claimed, the store may not: it cannot be
 		// trusted to anyone.
-		r.discard([]*entry{e}, "its claim could not be recorded")
+		r.mu.Lock()
+		r.discardLocked(e, "its claim could not be recorded")
+		r.mu.Unlock()
 		return nil, err
 	}
 	r.log.Info("sandbox claimed from pool", "sandbox", id, "pool", def.Name)
 	return sb, nil
 }
 
-// discard removes warm sandboxes in the background.
+// discard removes warm sandboxes in the background, except those handed
+// out or being claimed since they were chosen.
 func (r *Runtime) discard(members []*entry, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, e := range members {
-		r.mu.Lock()
-		if e.deleting {
-			r.mu.Unlock()
+		if e.pool == "" || e.claiming {
 			continue
 		}
-		cancel, done := r.markDeletingLocked(e)
-		r.mu.Unlock()
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.log.Info("removing warm sandbox", "sandbox", e.sb.ID, "pool", e.from, "why", why)
-			if err := r.remove(context.WithoutCancel(r.ctx), e, cancel, done); err != nil {
-				r.log.Warn("remove warm sandbox", "sandbox", e.sb.ID, "err", err)
-			}
-		}()
+		r.discardLocked(e, why)
 	}
+}
+
+// discardLocked marks e deleting and removes it in the background. r.mu
+// must be held.
+func (r *Runtime) discardLocked(e *entry, why string) {
+	if e.deleting {
+		return
+	}
+	e.claiming = false
+	cancel, done := r.markDeletingLocked(e)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.log.Info("removing warm sandbox", "sandbox", e.sb.ID, "pool", e.from, "why", why)
+		if err := r.remove(context.WithoutCancel(r.ctx), e, cancel, done); err != nil {
+			r.log.Warn("remove warm sandbox", "sandbox", e.sb.ID, "err", err)
+		}
+	}()
 }
 
 // poolLoop keeps every pool between its bounds until the runtime closes.
@@ -463,45 +521,57 @@ func (r *Runtime) tendPools() {
 	var starts []start
 	var drop []*entry
 	r.mu.Lock()
+	for _, e := range r.byID {
+		if e.pool != "" && !e.deleting && !e.claiming && r.pools[e.pool] == nil {
+			drop = append(drop, e) // its pool was deleted while it started
+		}
+	}
 	for _, ps := range r.pools {
 		name := ps.def.Name
 		var available []*entry
-		starting, allocated := 0, 0
+		starting, staleStarting, allocated := 0, 0, 0
+		recovered := false
 		for _, e := range r.byID {
 			if e.deleting {
 				continue
 			}
-			if e.pool == "" {
-				if e.from == name {
-					allocated++
+			st := e.sb.Status
+			failed := st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated || st.State == sandbox.StateUnknown
+			if e.pool == "" || e.claiming {
+				if e.from == name && !failed {
+					allocated++ // handed out (or being) and alive
 				}
 				continue
 			}
-			if e.pool != name || e.claiming {
-				if e.claiming && e.pool == name {
-					allocated++
-				}
+			if e.pool != name {
 				continue
 			}
-			switch st := e.sb.Status; {
-			case st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated || st.State == sandbox.StateUnknown:
+			switch {
+			case failed:
 				if e.revision == ps.def.Revision {
 					ps.failures++
+					ps.lastFailure = now
 					ps.lastErr = cmp.Or(st.Reason+": "+st.Message, st.Reason)
 					ps.retryAt = now.Add(backoff(ps.failures))
 				}
 				drop = append(drop, e)
 			case e.revision != ps.def.Revision:
-				if st.State != sandbox.StatePending {
+				if st.State == sandbox.StatePending {
+					staleStarting++ // removed once it has started
+				} else {
 					drop = append(drop, e)
 				}
 			case st.State == sandbox.StatePending:
 				starting++
 			case st.State == sandbox.StateRunning:
 				available = append(available, e)
+				if st.Since.After(ps.lastFailure) {
+					recovered = true
+				}
 			}
 		}
-		if len(available) > 0 && ps.failures > 0 {
+		if recovered && ps.failures > 0 {
+			// A sandbox started after the last failure: the pool works.
 			ps.failures, ps.lastErr, ps.retryAt = 0, "", time.Time{}
 		}
 		c := ps.def.Capacity
@@ -512,7 +582,7 @@ func (r *Runtime) tendPools() {
 			available = available[extra:]
 		}
 		have := len(available) + starting
-		total := allocated + have
+		total := allocated + have + staleStarting
 		want := 0
 		if have < c.BufferMin {
 			want = c.BufferMax - have
@@ -520,7 +590,7 @@ func (r *Runtime) tendPools() {
 		if total+want < c.PoolMin {
 			want = c.PoolMin - total
 		}
-		want = min(want, c.PoolMax-total, maxParallelStarts-starting)
+		want = min(want, c.PoolMax-total, maxParallelStarts-starting-staleStarting)
 		if ps.failures > 0 {
 			// After failures, one probe at a time, once the delay passed.
 			if now.Before(ps.retryAt) || starting > 0 {
@@ -541,6 +611,9 @@ func (r *Runtime) tendPools() {
 		for range s.n {
 			spec := memberSpec(&s.def.Template)
 			if _, err := r.create(r.ctx, sandbox.NewID(), spec, s.def.Name, s.def.Revision); err != nil {
+				if errors.Is(err, errPoolGone) {
+					break
+				}
 				r.log.Warn("start warm sandbox", "pool", s.def.Name, "err", err)
 				r.mu.Lock()
 				if ps := r.pools[s.def.Name]; ps != nil {

@@ -262,9 +262,15 @@ func TestPoolShrinkAndTemplateChange(t *testing.T) {
 		return len(cs) == 1
 	})
 
+	before, _ := rt.GetPool(context.Background(), "shrink")
+	// The entrypoint alone starts at a claim: no new revision for it.
+	p.Template.Entrypoint = []string{"sleep", "999999"}
+	if info, err := rt.UpdatePool(context.Background(), p); err != nil || info.Revision != before.Revision {
+		t.Fatalf("entrypoint update: %+v, %v", info, err)
+	}
 	p.Template.Env = map[string]string{"FROM_TEMPLATE": "v2"}
 	info, err := rt.UpdatePool(context.Background(), p)
-	if err != nil || info.Revision != 2 {
+	if err != nil || info.Revision != before.Revision+1 {
 		t.Fatalf("update: %+v, %v", info, err)
 	}
 	waitPool(t, rt, "shrink", func(st sandbox.PoolStatus) bool { return st.Available == 1 && st.Total == 1 })
@@ -281,8 +287,29 @@ func TestPoolShrinkAndTemplateChange(t *testing.T) {
 // pool whose image and resources match, and from no other.
 func TestPoolMatchesPlainCreates(t *testing.T) {
 	rt := newTestRuntime(t, nil)
+	withEnv := testPool("with-env", 1, 1, 3)
+	createPool(t, rt, withEnv, 1)
 	p := testPool("match", 1, 1, 3)
+	p.Template.Env = nil
+	p.Template.Resources.MemoryBytes = 96 << 20
 	createPool(t, rt, p, 1)
+	// A template with variables of its own serves only creates naming it.
+	if _, err := rt.Claim(context.Background(), "", sandbox.Spec{Image: testImage, Resources: withEnv.Template.Resources}); !errors.Is(err, sandbox.ErrPoolEmpty) {
+		t.Errorf("a plain create took a pool with its own env: %v", err)
+	}
+	// A create naming a pool but asking for what a warm sandbox cannot be
+	// is made cold.
+	for _, spec := range []sandbox.Spec{
+		{SecureAccess: true},
+		{Extensions: map[string]string{extRuntime: "runsc"}},
+		{Image: "opensandbox/python:3.11"},
+		{Resources: sandbox.Resources{MemoryBytes: 1 << 30}},
+		{Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", HostPath: "/tmp"}}},
+	} {
+		if _, err := rt.Claim(context.Background(), "with-env", spec); !errors.Is(err, sandbox.ErrPoolEmpty) {
+			t.Errorf("named claim for %+v: %v", spec, err)
+		}
+	}
 	if _, err := rt.Claim(context.Background(), "", sandbox.Spec{Image: testImage}); !errors.Is(err, sandbox.ErrPoolEmpty) {
 		t.Errorf("other resources matched: %v", err)
 	}
@@ -300,4 +327,30 @@ func TestPoolMatchesPlainCreates(t *testing.T) {
 	if _, err := rt.Claim(context.Background(), "nope", sandbox.Spec{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("unknown pool: %v", err)
 	}
+}
+
+// TestDeletePoolWhileFilling: a pool deleted while its sandboxes start
+// leaves none behind, and a new pool of the same name never gets them.
+func TestDeletePoolWhileFilling(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	for range 3 {
+		if _, err := rt.CreatePool(context.Background(), testPool("flash", 6, 6, 6)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(15 * time.Millisecond)
+		if err := rt.DeletePool(context.Background(), "flash"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "no container of the deleted pool", func() bool {
+		cs, _ := rt.eng.list(context.Background(), labelPool+"=flash")
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		for _, e := range rt.byID {
+			if e.from == "flash" && !e.deleting {
+				return false
+			}
+		}
+		return len(cs) == 0
+	})
 }

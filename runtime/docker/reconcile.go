@@ -130,6 +130,16 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 	e.from, e.revision = rec.Pool, rec.PoolRevision
 	if !rec.Claimed {
 		e.pool = rec.Pool
+		if rec.Claiming {
+			// A claim the restart interrupted: execd may hold the new token
+			// and run the user's entrypoint. It is nobody's now.
+			r.log.Warn("removing a warm sandbox whose claim was interrupted", "sandbox", id)
+			r.mu.Lock()
+			r.byID[id] = e
+			r.discardLocked(e, "its claim was interrupted by a restart")
+			r.mu.Unlock()
+			return
+		}
 	}
 	if e.token == "" && c != nil {
 		// A record from before tokens were stored: read it back from the

@@ -72,6 +72,8 @@ type record struct {
 	Pool         string `json:"pool,omitempty"`
 	PoolRevision int64  `json:"poolRevision,omitempty"`
 	Claimed      bool   `json:"claimed,omitempty"`
+	// Claiming marks a claim begun: execd may have taken it.
+	Claiming bool `json:"claiming,omitempty"`
 }
 
 // snapshotRecord is a snapshot and the image holding it.
