@@ -119,7 +119,11 @@ For a fresh, separate interpreter create one with code_context_create and pass i
 		Description: "Start a new, empty interpreter (code context) in a sandbox and return its context_id, for code_run. Use one per independent task so that their variables do not mix.",
 		Annotations: &gomcp.ToolAnnotations{Title: "Create code context", DestructiveHint: ptr(false)},
 	}, func(ctx context.Context, in contextCreateInput) (*gomcp.CallToolResult, ContextInfo, error) {
-		cc, err := s.client.Sandbox(in.SandboxID).CreateCodeContext(ctx, in.Language, in.Cwd)
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, ContextInfo{}, err
+		}
+		cc, err := sb.CreateCodeContext(ctx, in.Language, in.Cwd)
 		if err != nil {
 			return nil, ContextInfo{}, err
 		}
@@ -131,7 +135,11 @@ For a fresh, separate interpreter create one with code_context_create and pass i
 		Description: "List the code contexts (interpreters) of a sandbox with their languages.",
 		Annotations: &gomcp.ToolAnnotations{Title: "List code contexts", ReadOnlyHint: true},
 	}, func(ctx context.Context, in contextListInput) (*gomcp.CallToolResult, ContextList, error) {
-		list, err := s.client.Sandbox(in.SandboxID).CodeContexts(ctx, in.Language)
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, ContextList{}, err
+		}
+		list, err := sb.CodeContexts(ctx, in.Language)
 		if err != nil {
 			return nil, ContextList{}, err
 		}
@@ -147,7 +155,11 @@ For a fresh, separate interpreter create one with code_context_create and pass i
 		Description: "End a code context and free its interpreter; its variables are lost.",
 		Annotations: &gomcp.ToolAnnotations{Title: "Delete code context", DestructiveHint: ptr(true), IdempotentHint: true},
 	}, func(ctx context.Context, in contextDeleteInput) (*gomcp.CallToolResult, DoneOutput, error) {
-		if err := s.client.Sandbox(in.SandboxID).DeleteCodeContext(ctx, in.ContextID); err != nil {
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, DoneOutput{}, err
+		}
+		if err := sb.DeleteCodeContext(ctx, in.ContextID); err != nil {
 			return nil, DoneOutput{}, err
 		}
 		return done("code context %s deleted", in.ContextID)
@@ -168,7 +180,10 @@ func (s *Server) runCode(ctx context.Context, in codeInput) (*gomcp.CallToolResu
 			}
 		},
 	}
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, CodeOutput{}, err
+	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
 	defer cancel()
@@ -180,7 +195,7 @@ func (s *Server) runCode(ctx context.Context, in codeInput) (*gomcp.CallToolResu
 			icancel()
 		}
 		if errors.Is(err, sdk.ErrNotSupported) {
-			return nil, CodeOutput{}, fmt.Errorf("%w. This sandbox's image lacks the %s interpreter: create a sandbox from an image that has it (such as opensandbox/code-interpreter)", err, opts.Context.Language)
+			return nil, CodeOutput{}, withHint(err, fmt.Sprintf("This sandbox's image lacks the %s interpreter: create a sandbox from an image that has it (such as opensandbox/code-interpreter).", opts.Context.Language))
 		}
 		return nil, CodeOutput{}, err
 	}

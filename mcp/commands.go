@@ -139,7 +139,11 @@ Pass next_cursor back as cursor to get only new output. wait_seconds waits for t
 		Description: "Stop a command started with command_start: SIGTERM to it and its children, SIGKILL if they linger.",
 		Annotations: &gomcp.ToolAnnotations{Title: "Stop background command", DestructiveHint: ptr(true), IdempotentHint: true},
 	}, func(ctx context.Context, in stopInput) (*gomcp.CallToolResult, DoneOutput, error) {
-		if err := s.client.Sandbox(in.SandboxID).Interrupt(ctx, in.CommandID); err != nil {
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, DoneOutput{}, err
+		}
+		if err := sb.Interrupt(ctx, in.CommandID); err != nil {
 			return nil, DoneOutput{}, err
 		}
 		return done("stop signal sent to command %s; command_logs shows when it has ended", in.CommandID)
@@ -156,7 +160,10 @@ func (s *Server) runCommand(ctx context.Context, in runInput) (*gomcp.CallToolRe
 				id = ev.Text
 			}
 		}}
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
 	start := time.Now()
 	// The sandbox kills the command at its timeout; the margin only
 	// guards against a sandbox that stops answering.
@@ -236,7 +243,11 @@ func section(b *strings.Builder, name, body string, truncated bool) {
 
 func (s *Server) startCommand(ctx context.Context, in startInput) (*gomcp.CallToolResult, StartOutput, error) {
 	opts := &sdk.RunOptions{Cwd: in.Cwd, Env: in.Env, Timeout: time.Duration(in.TimeoutSeconds) * time.Second}
-	id, err := s.client.Sandbox(in.SandboxID).RunBackground(ctx, in.Command, opts)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, StartOutput{}, err
+	}
+	id, err := sb.RunBackground(ctx, in.Command, opts)
 	if err != nil {
 		return nil, StartOutput{}, err
 	}
@@ -245,7 +256,10 @@ func (s *Server) startCommand(ctx context.Context, in startInput) (*gomcp.CallTo
 }
 
 func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallToolResult, LogsOutput, error) {
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, LogsOutput{}, err
+	}
 	st, err := sb.CommandStatus(ctx, in.CommandID)
 	if err != nil {
 		return nil, LogsOutput{}, err

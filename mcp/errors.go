@@ -25,6 +25,18 @@ func argErrorf(format string, args ...any) error {
 	return &argError{msg: fmt.Sprintf(format, args...)}
 }
 
+// hinted adds advice for the model to an error.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() + ". " + h.hint }
+func (h *hinted) Unwrap() error { return h.err }
+
+// withHint returns err with advice that explain appends to its message.
+func withHint(err error, hint string) error { return &hinted{err: err, hint: hint} }
+
 // explain turns an error of the SDK into a message a model can act on:
 // what went wrong, in words, and which tool call would help. sandboxID
 // is the sandbox the call was about ("" for none). The server's error
@@ -33,6 +45,10 @@ func (s *Server) explain(err error, sandboxID string) string {
 	var ae *argError
 	if errors.As(err, &ae) {
 		return ae.Error()
+	}
+	var h *hinted
+	if errors.As(err, &h) {
+		return s.explain(h.err, sandboxID) + " " + h.hint
 	}
 	var apiErr *sdk.APIError
 	if errors.As(err, &apiErr) {
@@ -46,7 +62,7 @@ func (s *Server) explain(err error, sandboxID string) string {
 	case errors.Is(err, context.Canceled):
 		return "the call was cancelled before it finished: " + err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
-		return "the call timed out: " + err.Error() + ". For long work, give a larger timeout_seconds, or start it with command_start and poll command_logs."
+		return "the call timed out: " + err.Error() + ". Check the sandbox with sandbox_get; for long work use command_start and poll command_logs."
 	}
 	var ne *sdk.NetworkError
 	if errors.As(err, &ne) {

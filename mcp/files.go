@@ -225,7 +225,11 @@ For binary content pass it in base64 with encoding base64.`,
 		Description: "Move or rename a file or directory in a sandbox. An existing file at the destination is replaced.",
 		Annotations: &gomcp.ToolAnnotations{Title: "Move file", DestructiveHint: ptr(true)},
 	}, func(ctx context.Context, in moveInput) (*gomcp.CallToolResult, DoneOutput, error) {
-		if err := s.client.Sandbox(in.SandboxID).Move(ctx, in.Source, in.Destination); err != nil {
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, DoneOutput{}, err
+		}
+		if err := sb.Move(ctx, in.Source, in.Destination); err != nil {
 			return nil, DoneOutput{}, err
 		}
 		return done("moved %s to %s", in.Source, in.Destination)
@@ -239,7 +243,10 @@ For binary content pass it in base64 with encoding base64.`,
 }
 
 func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolResult, ReadOutput, error) {
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
 	info, err := stat(ctx, sb, in.Path)
 	if err != nil {
 		return nil, ReadOutput{}, err
@@ -364,7 +371,10 @@ func (s *Server) writeFile(ctx context.Context, in writeInput) (*gomcp.CallToolR
 		}
 	}
 	mode, _ := parseMode(in.Mode)
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, WriteOutput{}, err
+	}
 	if err := sb.Upload(ctx, sdk.UploadFile{Path: in.Path, Content: bytes.NewReader(data), Mode: modeBits(mode)}); err != nil {
 		return nil, WriteOutput{}, err
 	}
@@ -373,7 +383,11 @@ func (s *Server) writeFile(ctx context.Context, in writeInput) (*gomcp.CallToolR
 }
 
 func (s *Server) listDir(ctx context.Context, in listDirInput) (*gomcp.CallToolResult, ListDirOutput, error) {
-	infos, err := s.client.Sandbox(in.SandboxID).ListDir(ctx, in.Path, cmpInt(in.Depth, 1))
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	infos, err := sb.ListDir(ctx, in.Path, cmpInt(in.Depth, 1))
 	if err != nil {
 		return nil, ListDirOutput{}, err
 	}
@@ -382,7 +396,11 @@ func (s *Server) listDir(ctx context.Context, in listDirInput) (*gomcp.CallToolR
 }
 
 func (s *Server) searchFiles(ctx context.Context, in searchInput) (*gomcp.CallToolResult, ListDirOutput, error) {
-	infos, err := s.client.Sandbox(in.SandboxID).Search(ctx, in.Path, in.Pattern)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	infos, err := sb.Search(ctx, in.Path, in.Pattern)
 	if err != nil {
 		return nil, ListDirOutput{}, err
 	}
@@ -435,7 +453,10 @@ func shortType(t string) string {
 }
 
 func (s *Server) deleteFile(ctx context.Context, in deleteInput) (*gomcp.CallToolResult, DoneOutput, error) {
-	sb := s.client.Sandbox(in.SandboxID)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, DoneOutput{}, err
+	}
 	info, err := stat(ctx, sb, in.Path)
 	if err != nil {
 		return nil, DoneOutput{}, err

@@ -61,7 +61,10 @@ func (s *Server) readFileResource(ctx context.Context, req *gomcp.ReadResourceRe
 	if err != nil {
 		return nil, err
 	}
-	sb := s.client.Sandbox(id)
+	sb, err := s.running(ctx, id)
+	if err != nil {
+		return nil, errors.New(s.explain(err, id))
+	}
 	info, err := stat(ctx, sb, p)
 	if errors.Is(err, sdk.ErrNotFound) {
 		return nil, gomcp.ResourceNotFoundError(uri)

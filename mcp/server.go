@@ -162,6 +162,31 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener, token string) e
 	return nil
 }
 
+// readyWait bounds the wait for a Pending sandbox before a call into it.
+const readyWait = 30 * time.Second
+
+// running returns a handle on a sandbox that runs, for calls into it. A
+// Pending sandbox is waited for; a paused, failed or missing one is an
+// error that says what to do, at once rather than after a call into a
+// frozen sandbox has timed out.
+func (s *Server) running(ctx context.Context, id string) (*sdk.Sandbox, error) {
+	info, err := s.client.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sb := s.client.Sandbox(id)
+	switch info.Status.State {
+	case sdk.StateRunning:
+		return sb, nil
+	case sdk.StatePending:
+		if err := sb.WaitReady(ctx, readyWait); err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
+	return nil, &sdk.StateError{ID: id, Want: sdk.StateRunning, Status: info.Status}
+}
+
 // validator is an input that checks itself beyond what its JSON schema
 // can say.
 type validator interface{ validate() error }
