@@ -98,6 +98,13 @@ See docs/mcp.md for the tools and how to register osb mcp with MCP clients.`,
 				return err
 			}
 			opts.Client = c
+			// Serve anyway: the server may come up later, and each tool
+			// call says so while it is down.
+			hctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+			if _, err := c.Health(hctx); err != nil {
+				fmt.Fprintf(a.Err, "osb mcp: warning: the OpenSandbox server does not answer (%v); tools will fail until it does\n", oneLine(err.Error()))
+			}
+			cancel()
 			if httpAddr != "" {
 				opts.Token = first(token, strings.TrimSpace(a.Getenv(EnvMCPToken)))
 				if insecure {

@@ -143,9 +143,9 @@ func requireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
-// ServeHTTP serves the streamable HTTP transport on ln until ctx is
+// ServeStreamable serves the streamable HTTP transport on ln until ctx is
 // done, then stops accepting and gives open requests a few seconds.
-func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener, token string) error {
+func (s *Server) ServeStreamable(ctx context.Context, ln net.Listener, token string) error {
 	hs := &http.Server{Handler: s.Handler(token), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -40,5 +40,5 @@ func serveMCP(ctx context.Context, o cli.MCPOptions) error {
 	if o.Listener == nil {
 		return s.ServeStdio(ctx, o.In, o.Out)
 	}
-	return s.ServeHTTP(ctx, o.Listener, o.Token)
+	return s.ServeStreamable(ctx, o.Listener, o.Token)
 }
