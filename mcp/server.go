@@ -8,6 +8,7 @@ package mcp
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -90,10 +91,6 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// MCP is the underlying server of the MCP Go SDK, to serve it over
-// another transport.
-func (s *Server) MCP() *gomcp.Server { return s.srv }
-
 // ServeStdio serves one client on in and out (newline-delimited JSON-RPC)
 // until in ends or ctx is done.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
@@ -126,15 +123,14 @@ func (s *Server) Handler(token string) http.Handler {
 }
 
 // requireToken answers 401 to a request without the bearer token. The
-// comparison takes the same time whatever the token given.
+// tokens are compared as SHA-256 digests in constant time, so that the
+// time taken says nothing of the token, its length included.
 func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte(token)
+	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			got, ok = strings.CutPrefix(r.Header.Get("Authorization"), "bearer ")
-		}
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+		scheme, got, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !strings.EqualFold(scheme, "Bearer") {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="osb mcp"`)
 			http.Error(w, "unauthorized: send the token of osb mcp as Authorization: Bearer TOKEN", http.StatusUnauthorized)
 			return

@@ -200,8 +200,12 @@ func TestErrorsExplained(t *testing.T) {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.HeaderRequestID, "req-1")
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		w.Write([]byte(`{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox gone-1 not found"}`))
+		if r.PathValue("id") == "gone-1" {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox gone-1 not found"}`))
+			return
+		}
+		json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), Status: api.SandboxStatus{State: sdk.StateRunning}})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}/endpoints/{port}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -278,6 +282,9 @@ func TestHTTPToken(t *testing.T) {
 		{"Bearer wrong", http.StatusUnauthorized},
 		{"Basic s3cret", http.StatusUnauthorized},
 		{"Bearer s3cret", http.StatusOK},
+		{"bearer  s3cret ", http.StatusOK},
+		{"Bearer s3cretX", http.StatusUnauthorized},
+		{"s3cret", http.StatusUnauthorized},
 	} {
 		req, _ := http.NewRequestWithContext(context.Background(), "POST", hs.URL+HTTPPath, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
