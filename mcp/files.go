@@ -203,7 +203,7 @@ At most max_bytes are read from offset: for a bigger file the result says so and
 	add(s, &gomcp.Tool{
 		Name: "file_write",
 		Description: `Write a file in a sandbox, replacing it whole if it exists (atomically: readers see the old or the new content, never a mix). Missing parent directories are created.
-For binary content pass it in base64 with encoding base64.`,
+For binary content pass it in base64 with encoding base64. The content travels in the call itself, so keep it under a few megabytes; produce bigger data inside the sandbox (command_run) instead.`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Write file", DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.writeFile,
 		enum("encoding", "text", "base64"), defaultValue("encoding", `"text"`))
