@@ -28,12 +28,17 @@ import (
 // built from instead (see clientVersion).
 var Version = "dev"
 
-// Streams are the standard streams and environment the command uses.
+// Streams are the standard streams and environment the command uses,
+// and the parts of osb that cmd/osb plugs in.
 type Streams struct {
 	In       io.Reader
 	Out, Err io.Writer
 	// Getenv reads the environment; default os.Getenv.
 	Getenv func(string) string
+	// ServeMCP serves `osb mcp`. cmd/osb sets it to package mcp's server,
+	// so that package cli, a user of the SDK, does not depend on it; nil
+	// makes `osb mcp` fail with a message.
+	ServeMCP ServeMCPFunc
 }
 
 // app is one run of osb: its streams, its resolved settings and the
@@ -199,6 +204,7 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 		a.cpCommand(),
 		a.diagnosticsCommand(),
 		a.codeCommand(),
+		a.mcpCommand(),
 		a.versionCommand(),
 	)
 	setArgsUsage(root)

@@ -1,19 +1,44 @@
 // Command osb is the OpenSandbox command line: see package cli, or run
-// osb --help.
+// osb --help. `osb mcp` serves package mcp's tools.
 package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/opensandbox/opensandbox/cli"
+	"github.com/opensandbox/opensandbox/mcp"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], cli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	code := cli.Run(ctx, os.Args[1:], cli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, ServeMCP: serveMCP})
 	stop()
 	os.Exit(code)
+}
+
+// serveMCP runs the MCP server for `osb mcp`, on stdio or on the
+// listener osb opened.
+func serveMCP(ctx context.Context, o cli.MCPOptions) error {
+	level := slog.LevelWarn
+	if o.Verbose {
+		level = slog.LevelDebug
+	}
+	s, err := mcp.New(mcp.Config{
+		Client:         o.Client,
+		DefaultImage:   o.DefaultImage,
+		DefaultTimeout: o.DefaultTimeout,
+		Version:        o.Version,
+		Logger:         slog.New(slog.NewTextHandler(o.Err, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return err
+	}
+	if o.Listener == nil {
+		return s.ServeStdio(ctx, o.In, o.Out)
+	}
+	return s.ServeStreamable(ctx, o.Listener, o.Token)
 }

@@ -1,0 +1,316 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/sdk"
+)
+
+// Command time limits, in seconds.
+const (
+	defaultCommandTimeout = 120
+	maxCommandTimeout     = 3600
+	maxLogsWait           = 300
+)
+
+type runInput struct {
+	SandboxArg
+	Command        string            `json:"command" jsonschema:"shell command line, run with sh -c: pipes, redirections, && and ; work"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, which must exist; default: the sandbox's"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this command"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds"`
+	MaxOutputChars int               `json:"max_output_chars,omitempty" jsonschema:"characters kept of stdout and of stderr each; longer output keeps its start and end"`
+}
+
+// RunOutput is how a command ended and what it printed.
+type RunOutput struct {
+	ExitCode        int    `json:"exit_code" jsonschema:"0 for success; -1 when killed by a signal or not started"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty" jsonschema:"the command was killed because timeout_seconds passed"`
+	Signal          string `json:"signal,omitempty" jsonschema:"the signal that killed the command, when one did"`
+	Error           string `json:"error,omitempty" jsonschema:"why the command could not run, when it could not"`
+	DurationMS      int64  `json:"duration_ms"`
+}
+
+type startInput struct {
+	SandboxArg
+	Command        string            `json:"command" jsonschema:"shell command line, run with sh -c in the background"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, which must exist"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this command"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds; default: no limit"`
+}
+
+// StartOutput names a background command.
+type StartOutput struct {
+	CommandID string `json:"command_id"`
+}
+
+type logsInput struct {
+	SandboxArg
+	CommandID      string `json:"command_id" jsonschema:"id returned by command_start"`
+	Cursor         int64  `json:"cursor,omitempty" jsonschema:"byte offset in the output to read from: 0 for all of it, or next_cursor of the previous call for what is new"`
+	WaitSeconds    int    `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds for the command to end before reading; 0 reads at once"`
+	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"characters of output kept; longer output keeps its start and end"`
+}
+
+// LogsOutput is a background command's output and state.
+type LogsOutput struct {
+	CommandID  string `json:"command_id"`
+	Running    bool   `json:"running"`
+	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"set once the command has ended"`
+	Error      string `json:"error,omitempty"`
+	Output     string `json:"output" jsonschema:"stdout and stderr as they were interleaved"`
+	Truncated  bool   `json:"truncated,omitempty"`
+	NextCursor int64  `json:"next_cursor" jsonschema:"pass as cursor to read only newer output"`
+}
+
+type stopInput struct {
+	SandboxArg
+	CommandID string `json:"command_id" jsonschema:"id returned by command_start"`
+}
+
+func (in runInput) validate() error   { return checkCommand(in.SandboxID, in.Command, in.Env) }
+func (in startInput) validate() error { return checkCommand(in.SandboxID, in.Command, in.Env) }
+
+func checkCommand(id, command string, env map[string]string) error {
+	if err := requireID(id); err != nil {
+		return err
+	}
+	if strings.TrimSpace(command) == "" {
+		return argErrorf("command is empty")
+	}
+	for k := range env {
+		if k == "" || strings.Contains(k, "=") {
+			return argErrorf("env name %q: must be non-empty and without '='", k)
+		}
+	}
+	return nil
+}
+
+func (in logsInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	if in.Cursor < 0 {
+		return argErrorf("cursor %d: must be 0 or more", in.Cursor)
+	}
+	return nil
+}
+
+func (s *Server) addCommandTools() {
+	add(s, &gomcp.Tool{
+		Name: "command_run",
+		Description: `Run a shell command in a sandbox and wait for it to end. Returns its exit code, stdout and stderr.
+Each call is a new shell: cd and variables do not carry over (use cwd and env, or chain with &&). No stdin; a command waiting for input hangs until its timeout.
+Output longer than max_output_chars keeps its start and end with a note of what was left out; redirect big output to a file and read parts of it with file_read.
+For servers and other long-running work use command_start instead.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Run command", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+	}, s.runCommand,
+		between("timeout_seconds", 1, maxCommandTimeout), defaultValue("timeout_seconds", fmt.Sprint(defaultCommandTimeout)),
+		maxOutputPatch(), defaultValue("max_output_chars", fmt.Sprint(s.cfg.MaxOutput)))
+
+	add(s, &gomcp.Tool{
+		Name: "command_start",
+		Description: `Start a shell command in the background in a sandbox and return its command_id at once, without waiting for it.
+Use it for servers, watchers and long builds. Read its output and exit code with command_logs; stop it with command_stop.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Start background command", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+	}, s.startCommand, between("timeout_seconds", 1, 7*24*3600))
+
+	add(s, &gomcp.Tool{
+		Name: "command_logs",
+		Description: `Read the output (stdout and stderr interleaved) of a command started with command_start, and whether it still runs or its exit code.
+Pass next_cursor back as cursor to get only new output. wait_seconds waits for the command to end first (useful for builds).`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Read command logs", ReadOnlyHint: true},
+	}, s.commandLogs,
+		between("wait_seconds", 0, maxLogsWait), between("cursor", 0, 1<<53),
+		maxOutputPatch(), defaultValue("max_output_chars", fmt.Sprint(s.cfg.MaxOutput)))
+
+	add(s, &gomcp.Tool{
+		Name:        "command_stop",
+		Description: "Stop a command started with command_start: SIGTERM to it and its children, SIGKILL if they linger.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Stop background command", DestructiveHint: ptr(true), IdempotentHint: true},
+	}, func(ctx context.Context, in stopInput) (*gomcp.CallToolResult, DoneOutput, error) {
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, DoneOutput{}, err
+		}
+		if err := sb.Interrupt(ctx, in.CommandID); err != nil {
+			return nil, DoneOutput{}, err
+		}
+		return done("stop signal sent to command %s; command_logs shows when it has ended", in.CommandID)
+	})
+}
+
+func (s *Server) runCommand(ctx context.Context, in runInput) (*gomcp.CallToolResult, RunOutput, error) {
+	timeout := time.Duration(cmpInt(in.TimeoutSeconds, defaultCommandTimeout)) * time.Second
+	stdout, stderr := newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput)), newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput))
+	var id string
+	opts := &sdk.RunOptions{Cwd: in.Cwd, Env: in.Env, Timeout: timeout, Stdout: stdout, Stderr: stderr,
+		OnEvent: func(ev api.Event) {
+			if ev.Type == api.EventInit {
+				id = ev.Text
+			}
+		}}
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	start := time.Now()
+	// The sandbox kills the command at its timeout; the margin only
+	// guards against a sandbox that stops answering.
+	rctx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
+	defer cancel()
+	res, err := sb.Run(rctx, in.Command, opts)
+	if err != nil {
+		if id != "" && rctx.Err() != nil {
+			s.interrupt(ctx, sb, id)
+		}
+		return nil, RunOutput{}, err
+	}
+	out := RunOutput{ExitCode: res.ExitCode, Stdout: stdout.String(), Stderr: stderr.String(),
+		StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(), Signal: res.Signal(),
+		DurationMS: time.Since(start).Milliseconds()}
+	if res.ExitCode == -1 && time.Since(start) >= timeout {
+		out.TimedOut = true
+	}
+	if res.Error != nil && res.Error.EName != api.ErrorNameCommand && res.ExitCode != -1 {
+		out.Error = res.Error.EValue
+	} else if res.Error != nil && res.ExitCode == -1 && out.Signal == "" {
+		out.Error = strings.Join(res.Error.Traceback, "\n")
+		if out.Error == "" {
+			out.Error = res.Error.EValue
+		}
+	}
+	return text(runText(out, timeout)), out, nil
+}
+
+// interrupt stops a command whose caller has gone, so that it does not
+// run on unseen.
+func (s *Server) interrupt(ctx context.Context, sb *sdk.Sandbox, id string) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := sb.Interrupt(ictx, id); err != nil {
+		s.log.Debug("interrupt abandoned command", "sandbox", sb.ID, "command", id, "err", err)
+	}
+}
+
+// runText is a command's outcome as the model reads it.
+func runText(o RunOutput, timeout time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit code: %d", o.ExitCode)
+	switch {
+	case o.TimedOut:
+		fmt.Fprintf(&b, " (killed: timed out after %v; pass a larger timeout_seconds, or use command_start)", timeout)
+	case o.Signal != "":
+		fmt.Fprintf(&b, " (killed by signal: %s)", o.Signal)
+	}
+	fmt.Fprintf(&b, "; took %v\n", (time.Duration(o.DurationMS) * time.Millisecond).Round(time.Millisecond))
+	if o.Error != "" {
+		fmt.Fprintf(&b, "error: %s\n", o.Error)
+	}
+	section(&b, "stdout", o.Stdout, o.StdoutTruncated)
+	section(&b, "stderr", o.Stderr, o.StderrTruncated)
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// section writes one output stream under a header; an empty one is
+// named as such so that the model knows it was not lost.
+func section(b *strings.Builder, name, body string, truncated bool) {
+	if body == "" {
+		if name == "stdout" {
+			fmt.Fprintf(b, "%s: (empty)\n", name)
+		}
+		return
+	}
+	note := ""
+	if truncated {
+		note = " (truncated: start and end kept)"
+	}
+	fmt.Fprintf(b, "--- %s%s ---\n%s", name, note, body)
+	if !strings.HasSuffix(body, "\n") {
+		b.WriteByte('\n')
+	}
+}
+
+func (s *Server) startCommand(ctx context.Context, in startInput) (*gomcp.CallToolResult, StartOutput, error) {
+	opts := &sdk.RunOptions{Cwd: in.Cwd, Env: in.Env, Timeout: time.Duration(in.TimeoutSeconds) * time.Second}
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, StartOutput{}, err
+	}
+	id, err := sb.RunBackground(ctx, in.Command, opts)
+	if err != nil {
+		return nil, StartOutput{}, err
+	}
+	return text(fmt.Sprintf("started in the background: command_id %s. Read its output with command_logs; stop it with command_stop.", id)),
+		StartOutput{CommandID: id}, nil
+}
+
+func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallToolResult, LogsOutput, error) {
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, LogsOutput{}, err
+	}
+	st, err := sb.CommandStatus(ctx, in.CommandID)
+	if err != nil {
+		return nil, LogsOutput{}, err
+	}
+	if st.Running && in.WaitSeconds > 0 {
+		deadline := time.Now().Add(time.Duration(in.WaitSeconds) * time.Second)
+		for st.Running && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, LogsOutput{}, ctx.Err()
+			case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+			}
+			if st, err = sb.CommandStatus(ctx, in.CommandID); err != nil {
+				return nil, LogsOutput{}, err
+			}
+		}
+	}
+	// The status was read first: output written before the command ended
+	// is then certain to be in these logs.
+	data, next, err := sb.CommandLogs(ctx, in.CommandID, in.Cursor)
+	if err != nil {
+		return nil, LogsOutput{}, err
+	}
+	c := newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput))
+	c.Write(data)
+	out := LogsOutput{CommandID: in.CommandID, Running: st.Running, ExitCode: st.ExitCode, Error: st.Error,
+		Output: c.String(), Truncated: c.Truncated(), NextCursor: next}
+	var b strings.Builder
+	if out.Running {
+		b.WriteString("status: running")
+	} else {
+		b.WriteString("status: ended")
+		if out.ExitCode != nil {
+			fmt.Fprintf(&b, ", exit code %d", *out.ExitCode)
+		}
+		if out.Error != "" {
+			fmt.Fprintf(&b, " (%s)", out.Error)
+		}
+	}
+	fmt.Fprintf(&b, "; next_cursor %d\n", out.NextCursor)
+	if out.Output == "" {
+		b.WriteString("output: (none new)")
+	} else {
+		section(&b, "output", out.Output, out.Truncated)
+	}
+	return text(strings.TrimRight(b.String(), "\n")), out, nil
+}
+
+func cmpInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,493 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/sdk"
+)
+
+// File read limits, in bytes.
+const (
+	defaultReadBytes = 100_000
+	maxReadBytes     = 4 << 20
+	// maxListEntries bounds the entries file_list and file_search return.
+	maxListEntries = 1000
+)
+
+// modelImageTypes are the image types returned to the model as images.
+var modelImageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+type readInput struct {
+	SandboxArg
+	Path     string `json:"path" jsonschema:"absolute path of the file in the sandbox"`
+	Offset   int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at, to read a big file in parts"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes are read"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"auto: text as text, PNG/JPEG/GIF/WebP as an image, other binary files described but not shown; text: always as text; base64: the bytes in base64"`
+}
+
+// ReadOutput is (part of) a file.
+type ReadOutput struct {
+	Path       string `json:"path"`
+	Size       int64  `json:"size" jsonschema:"size of the whole file in bytes"`
+	Offset     int64  `json:"offset"`
+	BytesRead  int    `json:"bytes_read"`
+	Encoding   string `json:"encoding" jsonschema:"text, base64, image (returned as image content) or binary (not returned)"`
+	MIMEType   string `json:"mime_type"`
+	Content    string `json:"content,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty" jsonschema:"the file goes on after what was read"`
+	NextOffset int64  `json:"next_offset,omitempty" jsonschema:"offset to read on from, when truncated"`
+}
+
+type writeInput struct {
+	SandboxArg
+	Path     string `json:"path" jsonschema:"absolute path of the file; missing parent directories are created; an existing file is replaced"`
+	Content  string `json:"content,omitempty" jsonschema:"the whole new content of the file"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"text (content is written as is) or base64 (content is decoded first, for binary files)"`
+	Mode     string `json:"mode,omitempty" jsonschema:"permission bits in octal such as 644 or 755; default: an existing file keeps its own"`
+}
+
+// WriteOutput confirms a write.
+type WriteOutput struct {
+	Path         string `json:"path"`
+	BytesWritten int    `json:"bytes_written"`
+}
+
+type listDirInput struct {
+	SandboxArg
+	Path  string `json:"path" jsonschema:"absolute path of the directory"`
+	Depth int    `json:"depth,omitempty" jsonschema:"levels to descend: 1 lists the directory's own entries"`
+}
+
+type searchInput struct {
+	SandboxArg
+	Path    string `json:"path" jsonschema:"absolute path of the directory to search under"`
+	Pattern string `json:"pattern" jsonschema:"glob matched against file names, such as *.py; with a / it is matched against the path under path, and ** crosses directories (src/**/*.go)"`
+}
+
+// FileEntry is one file or directory.
+type FileEntry struct {
+	Path       string    `json:"path"`
+	Type       string    `json:"type" jsonschema:"file, directory, symlink or other"`
+	Size       int64     `json:"size"`
+	Mode       string    `json:"mode" jsonschema:"permission bits in octal"`
+	ModifiedAt time.Time `json:"modified_at"`
+}
+
+// ListDirOutput is the entries of a listing or search.
+type ListDirOutput struct {
+	Entries   []FileEntry `json:"entries"`
+	Total     int         `json:"total"`
+	Truncated bool        `json:"truncated,omitempty" jsonschema:"more entries exist than were returned"`
+}
+
+type moveInput struct {
+	SandboxArg
+	Source      string `json:"source" jsonschema:"absolute path of the file or directory to move"`
+	Destination string `json:"destination" jsonschema:"absolute path it gets; an existing file there is replaced"`
+}
+
+type deleteInput struct {
+	SandboxArg
+	Path      string `json:"path" jsonschema:"absolute path of the file or directory"`
+	Recursive bool   `json:"recursive,omitempty" jsonschema:"must be true to delete a directory with everything in it"`
+}
+
+// checkPath rejects a path the sandbox would not read as meant.
+func checkPath(name, p string) error {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return argErrorf("%s is empty", name)
+	case !strings.HasPrefix(p, "/"):
+		return argErrorf("%s %q is relative: give an absolute path, such as /tmp/%s", name, p, strings.TrimPrefix(p, "./"))
+	case strings.ContainsRune(p, 0):
+		return argErrorf("%s contains a NUL byte", name)
+	}
+	return nil
+}
+
+func (in readInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	if in.Offset < 0 {
+		return argErrorf("offset %d: must be 0 or more", in.Offset)
+	}
+	return checkPath("path", in.Path)
+}
+
+func (in writeInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	if _, err := parseMode(in.Mode); err != nil {
+		return err
+	}
+	return checkPath("path", in.Path)
+}
+
+func (in listDirInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	return checkPath("path", in.Path)
+}
+
+func (in searchInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	return checkPath("path", in.Path)
+}
+
+func (in moveInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	if err := checkPath("source", in.Source); err != nil {
+		return err
+	}
+	return checkPath("destination", in.Destination)
+}
+
+func (in deleteInput) validate() error {
+	if err := requireID(in.SandboxID); err != nil {
+		return err
+	}
+	if err := checkPath("path", in.Path); err != nil {
+		return err
+	}
+	if path.Clean(in.Path) == "/" {
+		return argErrorf("refusing to delete /; kill the sandbox with sandbox_kill instead")
+	}
+	return nil
+}
+
+// parseMode reads octal permission bits ("644", "0755", "4755"); "" is 0.
+func parseMode(s string) (uint32, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, argErrorf("mode %q: want octal permission bits such as 644 or 755", s)
+	}
+	return uint32(n), nil
+}
+
+func (s *Server) addFileTools() {
+	add(s, &gomcp.Tool{
+		Name: "file_read",
+		Description: `Read a file of a sandbox. Text comes back as text; PNG, JPEG, GIF and WebP images as images; other binary files are described unless encoding is base64.
+At most max_bytes are read from offset: for a bigger file the result says so and gives next_offset to read on. To look for something in a large file, command_run with grep is often better.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Read file", ReadOnlyHint: true},
+	}, s.readFile,
+		enum("encoding", "auto", "text", "base64"), defaultValue("encoding", `"auto"`),
+		between("max_bytes", 1, maxReadBytes), defaultValue("max_bytes", fmt.Sprint(defaultReadBytes)),
+		between("offset", 0, 1<<53))
+
+	add(s, &gomcp.Tool{
+		Name: "file_write",
+		Description: `Write a file in a sandbox, replacing it whole if it exists (atomically: readers see the old or the new content, never a mix). Missing parent directories are created.
+For binary content pass it in base64 with encoding base64. The content travels in the call itself, so keep it under a few megabytes; produce bigger data inside the sandbox (command_run) instead.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Write file", DestructiveHint: ptr(true), IdempotentHint: true},
+	}, s.writeFile,
+		enum("encoding", "text", "base64"), defaultValue("encoding", `"text"`))
+
+	add(s, &gomcp.Tool{
+		Name:        "file_list",
+		Description: fmt.Sprintf("List a directory of a sandbox: each entry's type, size, mode, modification time and path. depth > 1 descends into subdirectories. At most %d entries are returned.", maxListEntries),
+		Annotations: &gomcp.ToolAnnotations{Title: "List directory", ReadOnlyHint: true},
+	}, s.listDir, between("depth", 1, 20), defaultValue("depth", "1"))
+
+	add(s, &gomcp.Tool{
+		Name:        "file_search",
+		Description: fmt.Sprintf("Find files under a directory of a sandbox by a glob on their names (*.py) or paths (src/**/test_*.py). Searches names, not contents: for contents use command_run with grep. At most %d matches are returned.", maxListEntries),
+		Annotations: &gomcp.ToolAnnotations{Title: "Search files", ReadOnlyHint: true},
+	}, s.searchFiles)
+
+	add(s, &gomcp.Tool{
+		Name:        "file_move",
+		Description: "Move or rename a file or directory in a sandbox. An existing file at the destination is replaced.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Move file", DestructiveHint: ptr(true)},
+	}, func(ctx context.Context, in moveInput) (*gomcp.CallToolResult, DoneOutput, error) {
+		sb, err := s.running(ctx, in.SandboxID)
+		if err != nil {
+			return nil, DoneOutput{}, err
+		}
+		if err := sb.Move(ctx, in.Source, in.Destination); err != nil {
+			return nil, DoneOutput{}, err
+		}
+		return done("moved %s to %s", in.Source, in.Destination)
+	})
+
+	add(s, &gomcp.Tool{
+		Name:        "file_delete",
+		Description: "Delete a file, or with recursive true a directory and everything in it, in a sandbox. It cannot be undone.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Delete file", DestructiveHint: ptr(true), IdempotentHint: true},
+	}, s.deleteFile)
+}
+
+func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolResult, ReadOutput, error) {
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	info, err := stat(ctx, sb, in.Path)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	if info.Type == "directory" {
+		return nil, ReadOutput{}, argErrorf("%s is a directory: list it with file_list", in.Path)
+	}
+	limit := cmpInt(in.MaxBytes, defaultReadBytes)
+	data, err := readRange(ctx, sb, in.Path, in.Offset, limit)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	out := ReadOutput{Path: in.Path, Size: info.Size, Offset: in.Offset, MIMEType: http.DetectContentType(data)}
+	enc := cmpOr(in.Encoding, "auto")
+	kind := enc
+	if enc == "auto" {
+		switch {
+		case modelImageTypes[out.MIMEType] && in.Offset == 0:
+			kind = "image"
+		case looksText(data):
+			kind = "text"
+		default:
+			kind = "binary"
+		}
+	}
+	if kind == "text" {
+		data = trimPartialRune(data, in.Offset+int64(len(data)) < info.Size)
+	}
+	out.BytesRead = len(data)
+	if end := in.Offset + int64(len(data)); end < info.Size {
+		out.Truncated, out.NextOffset = true, end
+	}
+	out.Encoding = kind
+	switch kind {
+	case "image":
+		if out.Truncated {
+			return nil, ReadOutput{}, argErrorf("%s is a %s image of %d bytes, more than max_bytes %d: pass max_bytes %d or more (at most %d)",
+				in.Path, out.MIMEType, info.Size, limit, info.Size, maxReadBytes)
+		}
+		return &gomcp.CallToolResult{Content: []gomcp.Content{
+			&gomcp.TextContent{Text: fmt.Sprintf("%s: %s image, %d bytes", in.Path, out.MIMEType, info.Size)},
+			&gomcp.ImageContent{MIMEType: out.MIMEType, Data: data},
+		}}, out, nil
+	case "binary":
+		return text(fmt.Sprintf("%s is a binary file (%d bytes, detected type %s) and was not returned. Pass encoding base64 to get its bytes (max_bytes at a time, from offset), or inspect it with command_run (file, head -c, xxd).",
+			in.Path, info.Size, out.MIMEType)), out, nil
+	case "base64":
+		out.Content = base64.StdEncoding.EncodeToString(data)
+	default:
+		out.Content = strings.ToValidUTF8(string(data), "\uFFFD")
+	}
+	body := out.Content
+	if out.Truncated {
+		body += fmt.Sprintf("\n[... file continues: %d more bytes; call file_read with offset %d to read on ...]", info.Size-out.NextOffset, out.NextOffset)
+	}
+	return text(body), out, nil
+}
+
+// stat describes one path, with a not-found error that names it.
+func stat(ctx context.Context, sb *sdk.Sandbox, p string) (api.FileInfo, error) {
+	infos, err := sb.Stat(ctx, p)
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	info, ok := infos[p]
+	if !ok {
+		return api.FileInfo{}, fmt.Errorf("stat %s: the sandbox did not describe it", p)
+	}
+	return info, nil
+}
+
+// readRange reads at most limit bytes of a file from offset.
+func readRange(ctx context.Context, sb *sdk.Sandbox, p string, offset int64, limit int) ([]byte, error) {
+	fr, err := sb.DownloadRange(ctx, p, offset, int64(limit))
+	var ae *sdk.APIError
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+		return nil, nil // offset at or past the end
+	} else if err != nil {
+		return nil, err
+	}
+	defer fr.Close()
+	data, err := io.ReadAll(io.LimitReader(fr, int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return data, nil
+}
+
+// looksText reports whether data reads as text: UTF-8 (a character cut
+// at the end aside) without NUL bytes.
+func looksText(data []byte) bool {
+	if bytes.IndexByte(data, 0) >= 0 {
+		return false
+	}
+	return utf8.Valid(trimPartialRune(data, true))
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence at the end of data
+// when more of the file follows it.
+func trimPartialRune(data []byte, more bool) []byte {
+	if !more {
+		return data
+	}
+	for i := 1; i <= 3 && i <= len(data); i++ {
+		b := data[len(data)-i]
+		if utf8.RuneStart(b) {
+			if !utf8.FullRune(data[len(data)-i:]) {
+				return data[:len(data)-i]
+			}
+			break
+		}
+	}
+	return data
+}
+
+func (s *Server) writeFile(ctx context.Context, in writeInput) (*gomcp.CallToolResult, WriteOutput, error) {
+	data := []byte(in.Content)
+	if in.Encoding == "base64" {
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(strings.TrimSpace(in.Content)); err != nil {
+			return nil, WriteOutput{}, argErrorf("content is not valid base64: %v", err)
+		}
+	}
+	mode, _ := parseMode(in.Mode)
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, WriteOutput{}, err
+	}
+	if err := sb.Upload(ctx, sdk.UploadFile{Path: in.Path, Content: bytes.NewReader(data), Mode: modeBits(mode)}); err != nil {
+		return nil, WriteOutput{}, err
+	}
+	out := WriteOutput{Path: in.Path, BytesWritten: len(data)}
+	return text(fmt.Sprintf("wrote %d bytes to %s", len(data), in.Path)), out, nil
+}
+
+func (s *Server) listDir(ctx context.Context, in listDirInput) (*gomcp.CallToolResult, ListDirOutput, error) {
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	infos, err := sb.ListDir(ctx, in.Path, cmpInt(in.Depth, 1))
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	out := entries(infos)
+	return text(listingText(out, "empty directory")), out, nil
+}
+
+func (s *Server) searchFiles(ctx context.Context, in searchInput) (*gomcp.CallToolResult, ListDirOutput, error) {
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	infos, err := sb.Search(ctx, in.Path, in.Pattern)
+	if err != nil {
+		return nil, ListDirOutput{}, err
+	}
+	out := entries(infos)
+	return text(listingText(out, "no files match")), out, nil
+}
+
+// entries converts a listing, keeping at most maxListEntries.
+func entries(infos []api.FileInfo) ListDirOutput {
+	out := ListDirOutput{Entries: make([]FileEntry, 0, min(len(infos), maxListEntries)), Total: len(infos)}
+	for i, fi := range infos {
+		if i == maxListEntries {
+			out.Truncated = true
+			break
+		}
+		out.Entries = append(out.Entries, FileEntry{Path: fi.Path, Type: fi.Type, Size: fi.Size,
+			Mode: fmt.Sprintf("%04d", fi.Mode), ModifiedAt: fi.ModifiedAt.UTC()})
+	}
+	return out
+}
+
+// listingText is a listing as compact lines: type, mode, size, time,
+// path (directories with a trailing /).
+func listingText(out ListDirOutput, empty string) string {
+	if len(out.Entries) == 0 {
+		return "(" + empty + ")"
+	}
+	var b strings.Builder
+	for _, e := range out.Entries {
+		p := e.Path
+		if e.Type == "directory" && !strings.HasSuffix(p, "/") {
+			p += "/"
+		}
+		fmt.Fprintf(&b, "%-4s %s %10d %s %s\n", shortType(e.Type), e.Mode, e.Size, e.ModifiedAt.Format("2006-01-02 15:04"), p)
+	}
+	if out.Truncated {
+		fmt.Fprintf(&b, "[... %d more entries not shown; narrow the path, depth or pattern ...]\n", out.Total-len(out.Entries))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func shortType(t string) string {
+	switch t {
+	case "directory":
+		return "dir"
+	case "symlink":
+		return "link"
+	}
+	return t
+}
+
+func (s *Server) deleteFile(ctx context.Context, in deleteInput) (*gomcp.CallToolResult, DoneOutput, error) {
+	sb, err := s.running(ctx, in.SandboxID)
+	if err != nil {
+		return nil, DoneOutput{}, err
+	}
+	info, err := stat(ctx, sb, in.Path)
+	if err != nil {
+		return nil, DoneOutput{}, err
+	}
+	if info.Type == "directory" {
+		if !in.Recursive {
+			return nil, DoneOutput{}, argErrorf("%s is a directory: pass recursive true to delete it with everything in it", in.Path)
+		}
+		if err := sb.RemoveDir(ctx, in.Path); err != nil {
+			return nil, DoneOutput{}, err
+		}
+		return done("deleted directory %s", in.Path)
+	}
+	if err := sb.Remove(ctx, in.Path); err != nil {
+		return nil, DoneOutput{}, err
+	}
+	return done("deleted %s", in.Path)
+}
+
+// modeBits turns octal permission bits into a FileMode, setuid, setgid
+// and sticky bits included.
+func modeBits(m uint32) fs.FileMode {
+	fm := fs.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		fm |= fs.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		fm |= fs.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		fm |= fs.ModeSticky
+	}
+	return fm
+}

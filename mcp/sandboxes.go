@@ -1,0 +1,306 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/sdk"
+)
+
+// Bounds of sandbox lifetimes given by the model, in seconds.
+const (
+	minLifetime = 10
+	maxLifetime = 7 * 24 * 3600
+)
+
+// SandboxInfo is a sandbox as the tools describe it.
+type SandboxInfo struct {
+	SandboxID string            `json:"sandbox_id"`
+	State     string            `json:"state" jsonschema:"Pending, Running, Pausing, Paused, Stopping, Terminated or Failed"`
+	Reason    string            `json:"reason,omitempty"`
+	Message   string            `json:"message,omitempty"`
+	Image     string            `json:"image,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty" jsonschema:"when the sandbox is killed automatically; absent when it never expires"`
+}
+
+func sandboxInfo(sb *api.Sandbox) SandboxInfo {
+	info := SandboxInfo{SandboxID: sb.ID, State: sb.Status.State, Reason: sb.Status.Reason, Message: sb.Status.Message,
+		Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt}
+	if sb.Image != nil {
+		info.Image = sb.Image.URI
+	}
+	if sb.SnapshotID != "" && info.Image == "" {
+		info.Image = "snapshot " + sb.SnapshotID
+	}
+	return info
+}
+
+type createInput struct {
+	Image          string            `json:"image,omitempty" jsonschema:"container image to start from, such as python:3.11 or ubuntu:24.04"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables of every process in the sandbox"`
+	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the sandbox again with sandbox_list"`
+	Entrypoint     []string          `json:"entrypoint,omitempty" jsonschema:"the sandbox's main process as argv; default: one that keeps the sandbox idle and alive"`
+	CPU            string            `json:"cpu,omitempty" jsonschema:"CPU limit such as 500m or 2; default 1"`
+	Memory         string            `json:"memory,omitempty" jsonschema:"memory limit such as 512Mi or 4Gi; default 2Gi"`
+}
+
+type listInput struct {
+	States   []string          `json:"states,omitempty" jsonschema:"keep only sandboxes in these states"`
+	Metadata map[string]string `json:"metadata,omitempty" jsonschema:"keep only sandboxes whose metadata has all these pairs"`
+	Page     int               `json:"page,omitempty" jsonschema:"page number, from 1"`
+	PageSize int               `json:"page_size,omitempty" jsonschema:"sandboxes per page, default 50"`
+}
+
+// ListOutput is one page of sandboxes.
+type ListOutput struct {
+	Sandboxes []SandboxInfo `json:"sandboxes"`
+	Total     int           `json:"total"`
+	Page      int           `json:"page"`
+	HasMore   bool          `json:"has_more" jsonschema:"true when a next page exists"`
+}
+
+type renewInput struct {
+	SandboxArg
+	TimeoutSeconds int `json:"timeout_seconds" jsonschema:"new lifetime in seconds, counted from now"`
+}
+
+// RenewOutput is the new expiry of a sandbox.
+type RenewOutput struct {
+	SandboxID string    `json:"sandbox_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// DoneOutput confirms an action that returns nothing else.
+type DoneOutput struct {
+	Done    bool   `json:"done"`
+	Message string `json:"message"`
+}
+
+func done(format string, args ...any) (*gomcp.CallToolResult, DoneOutput, error) {
+	msg := fmt.Sprintf(format, args...)
+	return text(msg), DoneOutput{Done: true, Message: msg}, nil
+}
+
+type endpointInput struct {
+	SandboxArg
+	Port int `json:"port" jsonschema:"TCP port a process inside the sandbox listens on"`
+}
+
+// EndpointOutput is where a port of a sandbox is reached.
+type EndpointOutput struct {
+	URL     string            `json:"url" jsonschema:"base URL of the port, reachable from the machine osb mcp runs on"`
+	Headers map[string]string `json:"headers,omitempty" jsonschema:"headers every request to the URL must carry"`
+}
+
+func (in createInput) validate() error {
+	for k := range in.Env {
+		if k == "" || strings.Contains(k, "=") {
+			return argErrorf("env name %q: must be non-empty and without '='", k)
+		}
+	}
+	return nil
+}
+
+// requireID rejects a blank sandbox id, which the schema cannot.
+func requireID(id string) error {
+	if strings.TrimSpace(id) == "" {
+		return argErrorf("sandbox_id is empty; call sandbox_list to find it")
+	}
+	return nil
+}
+
+func (a SandboxArg) validate() error { return requireID(a.SandboxID) }
+
+func (s *Server) addSandboxTools() {
+	imageDesc := "container image to start from, such as python:3.11 or ubuntu:24.04"
+	if s.cfg.DefaultImage != "" {
+		imageDesc += "; default " + s.cfg.DefaultImage
+	} else {
+		imageDesc += "; required, as no default image is configured"
+	}
+	lifetime := s.cfg.DefaultTimeout
+	lifetimeDesc := "lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew; default "
+	switch {
+	case lifetime == sdk.NoTimeout:
+		lifetimeDesc += "none (the sandbox lives until sandbox_kill)"
+	case lifetime == 0:
+		lifetimeDesc += fmt.Sprint(int(sdk.DefaultTimeout.Seconds()))
+	default:
+		lifetimeDesc += fmt.Sprint(int(lifetime.Seconds()))
+	}
+	add(s, &gomcp.Tool{
+		Name: "sandbox_create",
+		Description: `Create a sandbox: an isolated Linux container from an image, with its own filesystem, processes and network.
+Returns its sandbox_id, which every other tool takes. It waits until the sandbox runs (usually a second or two; longer the first time an image is used).
+Kill it with sandbox_kill when done; it is killed automatically when its timeout passes.
+For code_run, use an image with the code interpreter (such as opensandbox/code-interpreter).`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Create sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
+	}, s.createSandbox,
+		func(p map[string]*jsonschema.Schema) {
+			p["image"].Description = imageDesc
+			p["timeout_seconds"].Description = lifetimeDesc
+		},
+		between("timeout_seconds", minLifetime, maxLifetime))
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_list",
+		Description: "List sandboxes, newest first, with their state, image and expiry. Use it to find a sandbox_id again or to see what is still running.",
+		Annotations: &gomcp.ToolAnnotations{Title: "List sandboxes", ReadOnlyHint: true},
+	}, s.listSandboxes,
+		func(p map[string]*jsonschema.Schema) {
+			p["states"].Items.Enum = []any{sdk.StatePending, sdk.StateRunning, sdk.StatePausing, sdk.StatePaused,
+				sdk.StateStopping, sdk.StateTerminated, sdk.StateFailed}
+		},
+		between("page", 1, 1e6), between("page_size", 1, 200))
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_get",
+		Description: "Get one sandbox's state (Running, Paused, Failed with the reason...), image, metadata and expiry.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Get sandbox", ReadOnlyHint: true},
+	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
+		sb, err := s.client.Get(ctx, in.SandboxID)
+		if err != nil {
+			return nil, SandboxInfo{}, err
+		}
+		return nil, sandboxInfo(sb), nil
+	})
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_kill",
+		Description: "Kill a sandbox: stop every process in it and delete it with its files. It cannot be undone. Kill sandboxes you no longer need.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Kill sandbox", DestructiveHint: ptr(true), IdempotentHint: true},
+	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, DoneOutput, error) {
+		if err := s.client.Kill(ctx, in.SandboxID); err != nil {
+			return nil, DoneOutput{}, err
+		}
+		return done("sandbox %s killed", in.SandboxID)
+	})
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_renew",
+		Description: "Extend a sandbox's life: it will now be killed timeout_seconds from now instead of at its current expiry. Use it before long work in a sandbox that expires soon.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Renew sandbox", IdempotentHint: true},
+	}, func(ctx context.Context, in renewInput) (*gomcp.CallToolResult, RenewOutput, error) {
+		at, err := s.client.Renew(ctx, in.SandboxID, time.Duration(in.TimeoutSeconds)*time.Second)
+		if err != nil {
+			return nil, RenewOutput{}, err
+		}
+		out := RenewOutput{SandboxID: in.SandboxID, ExpiresAt: at}
+		return text(fmt.Sprintf("sandbox %s now expires at %s (in %s)", in.SandboxID, at.UTC().Format(time.RFC3339),
+			time.Until(at).Round(time.Second))), out, nil
+	}, between("timeout_seconds", minLifetime, maxLifetime))
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_pause",
+		Description: "Pause a running sandbox: its processes are frozen with their memory and nothing runs until sandbox_resume. Other tools fail on a paused sandbox.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Pause sandbox", IdempotentHint: true},
+	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
+		if err := s.client.Pause(ctx, in.SandboxID); err != nil {
+			return nil, SandboxInfo{}, err
+		}
+		return s.getInfo(ctx, in.SandboxID)
+	})
+
+	add(s, &gomcp.Tool{
+		Name:        "sandbox_resume",
+		Description: "Resume a paused sandbox: its processes continue where they were. Returns once the sandbox answers again.",
+		Annotations: &gomcp.ToolAnnotations{Title: "Resume sandbox", IdempotentHint: true},
+	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
+		if err := s.client.Sandbox(in.SandboxID).Resume(ctx); err != nil {
+			return nil, SandboxInfo{}, err
+		}
+		return s.getInfo(ctx, in.SandboxID)
+	})
+
+	add(s, &gomcp.Tool{
+		Name: "sandbox_endpoint",
+		Description: `Get the URL at which a TCP port inside the sandbox is reached, for a web server or API started in it (with command_start).
+The URL is reachable from the machine osb mcp runs on; requests to it must carry the returned headers.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Get sandbox endpoint", ReadOnlyHint: true},
+	}, func(ctx context.Context, in endpointInput) (*gomcp.CallToolResult, EndpointOutput, error) {
+		u, h, err := s.client.EndpointURL(ctx, in.SandboxID, in.Port)
+		if err != nil {
+			return nil, EndpointOutput{}, err
+		}
+		out := EndpointOutput{URL: u}
+		if len(h) > 0 {
+			out.Headers = map[string]string{}
+			for k := range h {
+				out.Headers[k] = h.Get(k)
+			}
+		}
+		return nil, out, nil
+	}, between("port", 1, 65535))
+}
+
+func (s *Server) getInfo(ctx context.Context, id string) (*gomcp.CallToolResult, SandboxInfo, error) {
+	sb, err := s.client.Get(ctx, id)
+	if err != nil {
+		return nil, SandboxInfo{}, err
+	}
+	return nil, sandboxInfo(sb), nil
+}
+
+func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.CallToolResult, SandboxInfo, error) {
+	opts := sdk.CreateOptions{
+		Image:      cmpOr(in.Image, s.cfg.DefaultImage),
+		Env:        in.Env,
+		Metadata:   in.Metadata,
+		Entrypoint: in.Entrypoint,
+		Timeout:    s.cfg.DefaultTimeout,
+	}
+	if opts.Image == "" {
+		return nil, SandboxInfo{}, argErrorf("image is required (no default image is configured): pass one such as \"python:3.11\"")
+	}
+	if in.TimeoutSeconds > 0 {
+		opts.Timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	if in.CPU != "" || in.Memory != "" {
+		opts.Resources = maps.Clone(sdk.DefaultResources)
+		if in.CPU != "" {
+			opts.Resources["cpu"] = in.CPU
+		}
+		if in.Memory != "" {
+			opts.Resources["memory"] = in.Memory
+		}
+	}
+	sb, err := s.client.Create(ctx, opts)
+	var se *sdk.StateError
+	if errors.As(err, &se) {
+		// Create has removed it already.
+		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from image %s did not start (%s) and was removed. Check the image name, or try another image", opts.Image, se)
+	} else if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from image %s was not ready in %v and was removed (%v). A large image can be slow the first time; try again", opts.Image, sdk.DefaultReadyTimeout, err)
+	} else if err != nil {
+		return nil, SandboxInfo{}, err
+	}
+	return s.getInfo(ctx, sb.ID)
+}
+
+func (s *Server) listSandboxes(ctx context.Context, in listInput) (*gomcp.CallToolResult, ListOutput, error) {
+	size := in.PageSize
+	if size == 0 {
+		size = 50
+	}
+	page, err := s.client.List(ctx, sdk.ListOptions{States: in.States, Metadata: in.Metadata, Page: in.Page, PageSize: size})
+	if err != nil {
+		return nil, ListOutput{}, err
+	}
+	out := ListOutput{Sandboxes: make([]SandboxInfo, 0, len(page.Items)), Total: page.Pagination.TotalItems,
+		Page: page.Pagination.Page, HasMore: page.Pagination.HasNextPage}
+	for _, sb := range page.Items {
+		out.Sandboxes = append(out.Sandboxes, sandboxInfo(&sb))
+	}
+	return nil, out, nil
+}

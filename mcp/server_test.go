@@ -1,0 +1,304 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/sdk"
+)
+
+// connect serves s to an in-memory client for the test.
+func connect(t *testing.T, s *Server) *gomcp.ClientSession {
+	t.Helper()
+	ct, st := gomcp.NewInMemoryTransports()
+	ctx := t.Context()
+	ss, err := s.srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := gomcp.NewClient(&gomcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// newTestServer returns a server whose client talks to base.
+func newTestServer(t *testing.T, base string, cfg Config) *Server {
+	t.Helper()
+	c, err := sdk.NewClient(sdk.Config{Domain: base, APIKey: "k", Retries: -1, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg.Client = c
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// call calls a tool and returns its result and all its text.
+func call(t *testing.T, cs *gomcp.ClientSession, tool string, args map[string]any) (*gomcp.CallToolResult, string) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &gomcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s(%v): protocol error: %v", tool, args, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*gomcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return res, b.String()
+}
+
+// wantToolError checks that a call failed as a tool error whose text
+// says each of wants.
+func wantToolError(t *testing.T, cs *gomcp.ClientSession, tool string, args map[string]any, wants ...string) string {
+	t.Helper()
+	res, text := call(t, cs, tool, args)
+	if !res.IsError {
+		t.Fatalf("%s(%v) succeeded: %s", tool, args, text)
+	}
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s(%v) error %q does not say %q", tool, args, text, w)
+		}
+	}
+	return text
+}
+
+// allTools is every tool the server offers.
+var allTools = []string{
+	"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_kill", "sandbox_renew", "sandbox_pause", "sandbox_resume", "sandbox_endpoint",
+	"command_run", "command_start", "command_logs", "command_stop",
+	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
+	"code_run", "code_context_create", "code_context_list", "code_context_delete",
+}
+
+func TestListTools(t *testing.T) {
+	cs := connect(t, newTestServer(t, "127.0.0.1:1", Config{}))
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*gomcp.Tool{}
+	for _, tool := range res.Tools {
+		got[tool.Name] = tool
+	}
+	if len(got) != len(allTools) {
+		t.Errorf("%d tools, want %d", len(got), len(allTools))
+	}
+	for _, name := range allTools {
+		tool := got[name]
+		if tool == nil {
+			t.Errorf("no tool %s", name)
+			continue
+		}
+		if len(tool.Description) < 40 || tool.Annotations == nil || tool.Annotations.Title == "" {
+			t.Errorf("%s: thin description or no annotations: %q", name, tool.Description)
+		}
+		var in struct {
+			Type       string                     `json:"type"`
+			Properties map[string]json.RawMessage `json:"properties"`
+			Required   []string                   `json:"required"`
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		if err := json.Unmarshal(b, &in); err != nil || in.Type != "object" {
+			t.Errorf("%s: input schema %s", name, b)
+		}
+		for prop, raw := range in.Properties {
+			if !strings.Contains(string(raw), `"description"`) {
+				t.Errorf("%s: property %s has no description: %s", name, prop, raw)
+			}
+		}
+		if tool.OutputSchema == nil {
+			t.Errorf("%s: no output schema", name)
+		}
+	}
+	if !strings.Contains(string(mustJSON(got["sandbox_get"].InputSchema)), `"minLength":1`) {
+		t.Errorf("sandbox_id may be empty: %s", mustJSON(got["sandbox_get"].InputSchema))
+	}
+	if !strings.Contains(string(mustJSON(got["code_run"].InputSchema)), `"enum":["python","javascript","bash"]`) {
+		t.Errorf("code_run language has no enum: %s", mustJSON(got["code_run"].InputSchema))
+	}
+
+	tmpls, err := cs.ListResourceTemplates(t.Context(), nil)
+	if err != nil || len(tmpls.ResourceTemplates) != 1 || tmpls.ResourceTemplates[0].URITemplate != FileURITemplate {
+		t.Errorf("resource templates: %+v, %v", tmpls, err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// TestInvalidArguments checks that bad arguments are tool errors that
+// say what is wrong, before anything reaches a server (there is none).
+func TestInvalidArguments(t *testing.T) {
+	cs := connect(t, newTestServer(t, "127.0.0.1:1", Config{}))
+	cases := []struct {
+		tool string
+		args map[string]any
+		want []string
+	}{
+		{"sandbox_get", map[string]any{}, []string{`missing required arguments: ["sandbox_id"]`}},
+		{"sandbox_get", map[string]any{"sandbox_id": ""}, []string{"sandbox_id: must not be empty"}},
+		{"sandbox_get", map[string]any{"sandbox_id": "  "}, []string{"sandbox_id is empty", "sandbox_list"}},
+		{"sandbox_get", map[string]any{"sandbox_id": 42}, []string{"sandbox_id"}},
+		{"sandbox_get", map[string]any{"sandbox_id": "x", "bogus": 1}, []string{`unknown arguments ["bogus"]`}},
+		{"sandbox_create", map[string]any{}, []string{"image is required", "python:3.11"}},
+		{"sandbox_create", map[string]any{"image": "x", "timeout_seconds": -5}, []string{"timeout_seconds: minimum: -5 is less than 10"}},
+		{"sandbox_create", map[string]any{"image": "x", "env": map[string]any{"A=B": "c"}}, []string{`env name "A=B"`}},
+		{"sandbox_renew", map[string]any{"sandbox_id": "x"}, []string{"timeout_seconds"}},
+		{"sandbox_renew", map[string]any{"sandbox_id": "x", "timeout_seconds": 1e9}, []string{"timeout_seconds"}},
+		{"sandbox_endpoint", map[string]any{"sandbox_id": "x", "port": 70000}, []string{"port"}},
+		{"command_run", map[string]any{"sandbox_id": "x"}, []string{"command"}},
+		{"command_run", map[string]any{"sandbox_id": "x", "command": "   "}, []string{"command is empty"}},
+		{"command_run", map[string]any{"sandbox_id": "x", "command": "ls", "timeout_seconds": 0}, []string{"timeout_seconds"}},
+		{"command_run", map[string]any{"sandbox_id": "x", "command": "ls", "timeout_seconds": "10"}, []string{"timeout_seconds"}},
+		{"command_run", map[string]any{"sandbox_id": "x", "command": "ls", "max_output_chars": 10}, []string{"max_output_chars"}},
+		{"command_logs", map[string]any{"sandbox_id": "x", "command_id": "c", "cursor": -1}, []string{"cursor"}},
+		{"file_read", map[string]any{"sandbox_id": "x", "path": "notes.txt"}, []string{"relative", "/tmp/notes.txt"}},
+		{"file_read", map[string]any{"sandbox_id": "x", "path": "/a", "encoding": "utf16"}, []string{"encoding"}},
+		{"file_write", map[string]any{"sandbox_id": "x", "path": "/a", "mode": "rwx"}, []string{`mode "rwx"`}},
+		{"file_write", map[string]any{"sandbox_id": "x", "path": "/a", "mode": "999"}, []string{"octal"}},
+		{"file_move", map[string]any{"sandbox_id": "x", "source": "/a", "destination": "b"}, []string{"destination", "relative"}},
+		{"file_delete", map[string]any{"sandbox_id": "x", "path": "/"}, []string{"refusing to delete /"}},
+		{"file_list", map[string]any{"sandbox_id": "x", "path": "/", "depth": 0}, []string{"depth"}},
+		{"code_run", map[string]any{"sandbox_id": "x", "code": "1", "language": "cobol"}, []string{"language"}},
+		{"code_run", map[string]any{"sandbox_id": "x", "code": ""}, []string{"code"}},
+		{"code_context_create", map[string]any{"sandbox_id": "x"}, []string{"language"}},
+	}
+	for _, c := range cases {
+		text := wantToolError(t, cs, c.tool, c.args, c.want...)
+		if strings.Contains(text, "cannot reach") {
+			t.Errorf("%s(%v) reached for the server before checking its arguments: %s", c.tool, c.args, text)
+		}
+	}
+}
+
+// TestErrorsExplained checks the messages of server errors and an
+// unreachable server, against a fake lifecycle server.
+func TestErrorsExplained(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.HeaderRequestID, "req-1")
+		w.Header().Set("Content-Type", "application/json")
+		if r.PathValue("id") == "gone-1" {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox gone-1 not found"}`))
+			return
+		}
+		json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), Status: api.SandboxStatus{State: sdk.StateRunning}})
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/endpoints/{port}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		// An endpoint nobody listens on: the sandbox is unreachable.
+		json.NewEncoder(w).Encode(api.Endpoint{Endpoint: "127.0.0.1:1"})
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/renew-expiration", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"code":"UNAUTHORIZED","message":"bad key"}`))
+	})
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	cs := connect(t, newTestServer(t, hs.URL, Config{}))
+
+	text := wantToolError(t, cs, "sandbox_get", map[string]any{"sandbox_id": "gone-1"},
+		"sandbox gone-1 not found", "sandbox_list", "DOCKER::SANDBOX_NOT_FOUND", "req-1")
+	t.Log(text)
+	wantToolError(t, cs, "command_run", map[string]any{"sandbox_id": "sb-1", "command": "true"},
+		"cannot reach sandbox sb-1", "sandbox_resume")
+	wantToolError(t, cs, "sandbox_renew", map[string]any{"sandbox_id": "sb-1", "timeout_seconds": 60},
+		"bad key", "API key", "HTTP 401")
+
+	// No server at all.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cs = connect(t, newTestServer(t, addr, Config{}))
+	wantToolError(t, cs, "sandbox_list", nil, "cannot reach the OpenSandbox server at "+addr)
+}
+
+// TestPanicIsToolError checks that a panicking handler fails its call,
+// not the server.
+func TestPanicIsToolError(t *testing.T) {
+	s := newTestServer(t, "127.0.0.1:1", Config{})
+	add(s, &gomcp.Tool{Name: "boom", Description: "panics"}, func(context.Context, SandboxArg) (*gomcp.CallToolResult, DoneOutput, error) {
+		panic("kaboom")
+	})
+	cs := connect(t, s)
+	wantToolError(t, cs, "boom", map[string]any{"sandbox_id": "x"}, "internal error in boom", "kaboom")
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatalf("server gone after a panic: %v", err)
+	}
+}
+
+func TestFileURI(t *testing.T) {
+	for _, p := range []string{"/tmp/a.txt", "/with space/ü.txt", "/a/b/c"} {
+		uri := FileURI("sb-1", p)
+		id, got, err := parseFileURI(uri)
+		if err != nil || id != "sb-1" || got != p {
+			t.Errorf("parseFileURI(FileURI(%q)) = %q, %q, %v (uri %s)", p, id, got, err, uri)
+		}
+	}
+	for _, bad := range []string{"file:///tmp/a", "sandbox://sb-1/tmp/a", "sandbox:///files/a", "sandbox://sb-1/files/"} {
+		if _, _, err := parseFileURI(bad); err == nil {
+			t.Errorf("parseFileURI(%q) accepted", bad)
+		}
+	}
+}
+
+func TestHTTPToken(t *testing.T) {
+	s := newTestServer(t, "127.0.0.1:1", Config{})
+	hs := httptest.NewServer(s.Handler("s3cret"))
+	defer hs.Close()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, c := range []struct {
+		auth string
+		want int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer wrong", http.StatusUnauthorized},
+		{"Basic s3cret", http.StatusUnauthorized},
+		{"Bearer s3cret", http.StatusOK},
+		{"bearer  s3cret ", http.StatusOK},
+		{"Bearer s3cretX", http.StatusUnauthorized},
+		{"s3cret", http.StatusUnauthorized},
+	} {
+		req, _ := http.NewRequestWithContext(context.Background(), "POST", hs.URL+HTTPPath, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Authorization %q: HTTP %d, want %d", c.auth, resp.StatusCode, c.want)
+		}
+	}
+}
