@@ -23,8 +23,16 @@ const (
 )
 
 // maxImageBytes bounds one image returned to the model; model APIs
-// refuse bigger ones.
-const maxImageBytes = 5 << 20
+// refuse bigger ones. A call returns at most maxImages images and
+// maxAllImageBytes in all, and its results' texts at most resultBudget
+// times the output limit: one answer must fit the 16 MiB a client takes
+// in one message, and a model's context.
+const (
+	maxImageBytes    = 5 << 20
+	maxImages        = 8
+	maxAllImageBytes = 8 << 20
+	resultBudget     = 4
+)
 
 var codeLanguages = []string{sdk.LanguagePython, sdk.LanguageJavaScript, sdk.LanguageBash}
 
@@ -214,6 +222,8 @@ func (s *Server) runCode(ctx context.Context, in codeInput) (*gomcp.CallToolResu
 		images = append(images, imgs...)
 		notes = append(notes, note...)
 	}
+	images, notes = capImages(images, notes)
+	notes = capResultTexts(out.Results, limit, notes)
 	content := append([]gomcp.Content{&gomcp.TextContent{Text: codeText(out, stdout.Truncated(), stderr.Truncated(), len(images), notes)}}, images...)
 	return &gomcp.CallToolResult{Content: content}, out, nil
 }
@@ -306,4 +316,48 @@ func codeText(o CodeOutput, outTrunc, errTrunc bool, images int, notes []string)
 	}
 	fmt.Fprintf(&b, "context_id: %s", o.ContextID)
 	return b.String()
+}
+
+// capImages keeps the first images within maxImages and maxAllImageBytes,
+// and says how many were left out.
+func capImages(images []gomcp.Content, notes []string) ([]gomcp.Content, []string) {
+	var kept []gomcp.Content
+	total, dropped := 0, 0
+	for _, c := range images {
+		img, ok := c.(*gomcp.ImageContent)
+		if !ok {
+			continue
+		}
+		if len(kept) >= maxImages || total+len(img.Data) > maxAllImageBytes {
+			dropped++
+			continue
+		}
+		total += len(img.Data)
+		kept = append(kept, c)
+	}
+	if dropped > 0 {
+		notes = append(notes, fmt.Sprintf("%d more images were produced and not returned (at most %d images, %d MiB in all, per call): save them to files and read them with file_read", dropped, maxImages, maxAllImageBytes>>20))
+	}
+	return kept, notes
+}
+
+// capResultTexts empties the texts of the results beyond resultBudget
+// times limit characters in all, and says how many.
+func capResultTexts(results []CodeResult, limit int, notes []string) []string {
+	total, dropped := 0, 0
+	for i := range results {
+		n := len(results[i].Text)
+		if total+n > resultBudget*limit {
+			if n > 0 {
+				results[i].Text = ""
+				dropped++
+			}
+			continue
+		}
+		total += n
+	}
+	if dropped > 0 {
+		notes = append(notes, fmt.Sprintf("the texts of %d more results were left out (%d characters of results per call): print less, or write them to a file", dropped, resultBudget*limit))
+	}
+	return notes
 }

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -144,6 +145,16 @@ Pass next_cursor back as cursor to get only new output. wait_seconds waits for t
 			return nil, DoneOutput{}, err
 		}
 		if err := sb.Interrupt(ctx, in.CommandID); err != nil {
+			// Stopping a command that has ended is done, not a failure; an
+			// unknown id is the model's to fix, not a server failure to
+			// retry.
+			var ae *sdk.APIError
+			if errors.As(err, &ae) && strings.Contains(ae.Message, "is not running") {
+				return done("command %s had already ended; command_logs shows its exit code", in.CommandID)
+			}
+			if errors.As(err, &ae) && strings.Contains(ae.Message, "no such session") {
+				return nil, DoneOutput{}, argErrorf("no command %s in sandbox %s: use the command_id that command_start returned", in.CommandID, in.SandboxID)
+			}
 			return nil, DoneOutput{}, err
 		}
 		return done("stop signal sent to command %s; command_logs shows when it has ended", in.CommandID)

@@ -1,12 +1,16 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"regexp"
+	"runtime/debug"
 	"strings"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -170,6 +174,35 @@ func hintFor(state, sandboxID string) string {
 // /properties/port: maximum: 70000/1 is greater than 65535.000000"
 // becomes "invalid arguments: port: maximum: 70000 is greater than
 // 65535".
+// guard is the outermost middleware: a tool call with null or absent
+// arguments gets {} (the SDK would write defaults into a nil map and
+// panic), and a panic anywhere below becomes an error answer instead of
+// the end of the process and of every session it serves.
+func guard(log *slog.Logger) gomcp.Middleware {
+	return func(next gomcp.MethodHandler) gomcp.MethodHandler {
+		return func(ctx context.Context, method string, req gomcp.Request) (res gomcp.Result, err error) {
+			if call, ok := req.(*gomcp.CallToolRequest); ok && call.Params != nil {
+				if a := bytes.TrimSpace(call.Params.Arguments); len(a) == 0 || bytes.Equal(a, []byte("null")) {
+					call.Params.Arguments = json.RawMessage("{}")
+				}
+			}
+			defer func() {
+				if p := recover(); p != nil {
+					log.Error("panic serving MCP request", "method", method, "panic", p, "stack", string(debug.Stack()))
+					if method == "tools/call" {
+						res, err = &gomcp.CallToolResult{IsError: true, Content: []gomcp.Content{&gomcp.TextContent{
+							Text: fmt.Sprintf("internal error in osb mcp while serving this call (%v); the server keeps running — check the arguments and try again", p),
+						}}}, nil
+						return
+					}
+					res, err = nil, fmt.Errorf("internal error serving %s: %v", method, p)
+				}
+			}()
+			return next(ctx, method, req)
+		}
+	}
+}
+
 func tidyArgErrors(next gomcp.MethodHandler) gomcp.MethodHandler {
 	return func(ctx context.Context, method string, req gomcp.Request) (gomcp.Result, error) {
 		res, err := next(ctx, method, req)

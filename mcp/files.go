@@ -24,7 +24,10 @@ import (
 // File read limits, in bytes.
 const (
 	defaultReadBytes = 100_000
-	maxReadBytes     = 4 << 20
+	// maxReadBytes bounds one read: its text travels twice (as text and
+	// as structured content) and JSON may escape a byte as six, which must
+	// stay under the 16 MiB a client takes in one message.
+	maxReadBytes = 1 << 20
 	// maxListEntries bounds the entries file_list and file_search return.
 	maxListEntries = 1000
 )

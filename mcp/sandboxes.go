@@ -114,8 +114,14 @@ func (in createInput) validate() error {
 
 // requireID rejects a blank sandbox id, which the schema cannot.
 func requireID(id string) error {
-	if strings.TrimSpace(id) == "" {
+	switch strings.TrimSpace(id) {
+	case "":
 		return argErrorf("sandbox_id is empty; call sandbox_list to find it")
+	case ".", "..":
+		return argErrorf("sandbox_id %q is not a sandbox id; call sandbox_list to find it", id)
+	}
+	if strings.ContainsAny(id, "/?#") {
+		return argErrorf("sandbox_id %q is not a sandbox id; call sandbox_list to find it", id)
 	}
 	return nil
 }

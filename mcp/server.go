@@ -82,7 +82,8 @@ func New(cfg Config) (*Server, error) {
 		Title:   "OpenSandbox",
 		Version: cmpOr(cfg.Version, sdk.Version),
 	}, &gomcp.ServerOptions{Instructions: instructions, Logger: log})
-	s.srv.AddReceivingMiddleware(tidyArgErrors)
+	// The first middleware given is the outermost.
+	s.srv.AddReceivingMiddleware(guard(log), tidyArgErrors)
 	s.addSandboxTools()
 	s.addCommandTools()
 	s.addFileTools()
@@ -142,7 +143,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 // ServeStreamable serves the streamable HTTP transport on ln until ctx is
 // done, then stops accepting and gives open requests a few seconds.
 func (s *Server) ServeStreamable(ctx context.Context, ln net.Listener, token string) error {
-	hs := &http.Server{Handler: s.Handler(token), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.Handler(token), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

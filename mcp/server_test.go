@@ -302,3 +302,25 @@ func TestHTTPToken(t *testing.T) {
 		}
 	}
 }
+
+// TestNullArguments: a call whose arguments are null or absent is a tool
+// error about what is missing, never the end of the server (the SDK would
+// write the schema's defaults into a nil map).
+func TestNullArguments(t *testing.T) {
+	s := newTestServer(t, "127.0.0.1:1", Config{})
+	cs := connect(t, s)
+	for _, tool := range []string{"file_list", "file_read", "command_run", "code_run", "sandbox_get"} {
+		for _, args := range []any{nil, json.RawMessage("null")} {
+			res, err := cs.CallTool(t.Context(), &gomcp.CallToolParams{Name: tool, Arguments: args})
+			if err != nil {
+				t.Fatalf("%s(%v): protocol error: %v", tool, args, err)
+			}
+			if !res.IsError {
+				t.Errorf("%s(%v) succeeded", tool, args)
+			}
+		}
+	}
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatalf("server gone: %v", err)
+	}
+}
