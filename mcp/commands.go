@@ -111,7 +111,7 @@ func (s *Server) addCommandTools() {
 	add(s, &gomcp.Tool{
 		Name: "command_run",
 		Description: `Run a shell command in a sandbox and wait for it to end. Returns its exit code, stdout and stderr.
-Each call is a new shell: cd and variables do not carry over (use cwd and env, or chain with &&). No stdin; a command waiting for input hangs until its timeout.
+Each call is a new shell: cd and variables do not carry over (use cwd and env, or chain with &&). Stdin is empty: a command that reads input gets end-of-file at once.
 Output longer than max_output_chars keeps its start and end with a note of what was left out; redirect big output to a file and read parts of it with file_read.
 For servers and other long-running work use command_start instead.`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Run command", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},

@@ -262,6 +262,16 @@ func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolRes
 	if err != nil {
 		return nil, ReadOutput{}, err
 	}
+	sizeUnknown := false
+	if end := in.Offset + int64(len(data)); end > info.Size {
+		// The size was a symbolic link's, not its target's: what was read
+		// is all that is known, and a full read may have more after it.
+		sizeUnknown = true
+		info.Size = end
+		if len(data) >= limit {
+			info.Size = end + 1
+		}
+	}
 	out := ReadOutput{Path: in.Path, Size: info.Size, Offset: in.Offset, MIMEType: http.DetectContentType(data)}
 	enc := cmpOr(in.Encoding, "auto")
 	kind := enc
@@ -302,7 +312,10 @@ func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolRes
 		out.Content = strings.ToValidUTF8(string(data), "\uFFFD")
 	}
 	body := out.Content
-	if out.Truncated {
+	switch {
+	case out.Truncated && sizeUnknown:
+		body += fmt.Sprintf("\n[... the file may continue (it is reached through a symbolic link, whose size says nothing of it); call file_read with offset %d to read on ...]", out.NextOffset)
+	case out.Truncated:
 		body += fmt.Sprintf("\n[... file continues: %d more bytes; call file_read with offset %d to read on ...]", info.Size-out.NextOffset, out.NextOffset)
 	}
 	return text(body), out, nil

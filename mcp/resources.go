@@ -33,6 +33,9 @@ func parseFileURI(uri string) (id, p string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(uri, "#") {
+		return "", "", fmt.Errorf("%q has a '?' or '#': write them in a path as %%3F and %%23", uri)
+	}
 	rest, ok := strings.CutPrefix(u.Path, "/files/")
 	if u.Scheme != "sandbox" || u.Host == "" || !ok || rest == "" {
 		return "", "", fmt.Errorf("want sandbox://SANDBOX_ID/files/PATH, got %q", uri)
@@ -44,7 +47,7 @@ func (s *Server) addResources() {
 	s.srv.AddResourceTemplate(&gomcp.ResourceTemplate{
 		Name:        "sandbox-file",
 		Title:       "File in a sandbox",
-		Description: "A file of a sandbox, by sandbox id and absolute path: sandbox://SANDBOX_ID/files/etc/hostname is /etc/hostname. Text files come back as text, others as binary blobs, up to 4 MiB.",
+		Description: "A file of a sandbox, by sandbox id and absolute path: sandbox://SANDBOX_ID/files/etc/hostname is /etc/hostname. Text files come back as text, others as binary blobs, up to 4 MiB; write a ? or # in a path as %3F or %23.",
 		URITemplate: FileURITemplate,
 	}, s.readFileResource)
 }
@@ -77,9 +80,14 @@ func (s *Server) readFileResource(ctx context.Context, req *gomcp.ReadResourceRe
 	if info.Size > maxResourceBytes {
 		return nil, fmt.Errorf("%s has %d bytes, more than the %d a resource may have; read it in parts with the file_read tool", p, info.Size, maxResourceBytes)
 	}
-	data, err := readRange(ctx, sb, p, 0, maxResourceBytes)
+	// One byte more than allowed: a file reached through a symbolic link
+	// has the link's size in info, so only the read tells its own.
+	data, err := readRange(ctx, sb, p, 0, maxResourceBytes+1)
 	if err != nil {
 		return nil, errors.New(s.explain(err, id))
+	}
+	if len(data) > maxResourceBytes {
+		return nil, fmt.Errorf("%s has more than the %d bytes a resource may have; read it in parts with the file_read tool", p, maxResourceBytes)
 	}
 	rc := &gomcp.ResourceContents{URI: uri, MIMEType: http.DetectContentType(data)}
 	if looksText(data) {
