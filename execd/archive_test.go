@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 func writeTree(t *testing.T, root string, files map[string][]byte) {
@@ -131,9 +132,7 @@ func TestArchiveSingleFileAndRoot(t *testing.T) {
 }
 
 func TestArchiveOwnership(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to own files as someone else")
-	}
+	testenv.MustHaveRoot(t) // to own files as someone else
 	_, c := newTestServer(t, nil)
 	dst := t.TempDir()
 	os.Chown(dst, 1000, 1001)

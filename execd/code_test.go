@@ -2,8 +2,6 @@ package execd
 
 import (
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,17 +9,13 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 // needProgram skips (fails in CI) when prog is not installed.
 func needProgram(t *testing.T, prog string) {
 	t.Helper()
-	if _, err := exec.LookPath(prog); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required in CI: %v", prog, err)
-		}
-		t.Skipf("%s not installed", prog)
-	}
+	testenv.MustHaveCommand(t, prog)
 }
 
 func newCodeContext(t *testing.T, c *testClient, language, cwd string) api.CodeContext {

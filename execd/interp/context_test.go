@@ -3,7 +3,6 @@ package interp
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/execd/process"
 )
 
@@ -21,12 +21,7 @@ var testSupervisor = sync.OnceValue(func() *process.Supervisor { return process.
 // needInterpreter skips (fails in CI) when prog is not installed.
 func needInterpreter(t testing.TB, prog string) {
 	t.Helper()
-	if _, err := exec.LookPath(prog); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required in CI: %v", prog, err)
-		}
-		t.Skipf("%s not installed", prog)
-	}
+	testenv.MustHaveCommand(t, prog)
 }
 
 // startContext starts a context of lang in a temporary directory and
