@@ -12,8 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/execd/process"
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 var testSupervisor = sync.OnceValue(func() *process.Supervisor { return process.NewSupervisor(false) })
