@@ -677,10 +677,3 @@ func (q *fifo) unlock() {
 	q.waiters = q.waiters[1:]
 	close(ch)
 }
-
-// Busy reports whether a run is in progress or waiting.
-func (c *Context) Busy() bool {
-	c.queue.mu.Lock()
-	defer c.queue.mu.Unlock()
-	return c.queue.held
-}

@@ -417,11 +417,6 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 		r.mu.Unlock()
 		return err
 	}
-	return r.removeLocked(ctx, e)
-}
-
-// removeLocked deletes e's sandbox; r.mu is held on entry and released.
-func (r *Runtime) removeLocked(ctx context.Context, e *entry) error {
 	cancel, done := r.markDeletingLocked(e)
 	r.mu.Unlock()
 	return r.remove(ctx, e, cancel, done)

@@ -398,11 +398,7 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	if err != nil {
 		return nil, err
 	}
-	host, port := splitHostPort(addr)
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, "http://"+joinHostPort(host, port)+"/claim", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, execdURL(addr)+"/claim", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

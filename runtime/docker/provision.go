@@ -406,11 +406,7 @@ var probeClient = &http.Client{
 // waitExecd polls execd's /ping through its published port until it
 // answers, the container stops, or StartTimeout passes.
 func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID string) error {
-	host, port := splitHostPort(hostAddr)
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	url := "http://" + joinHostPort(host, port) + "/ping"
+	url := execdURL(hostAddr) + "/ping"
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	// execd answers a few milliseconds after its container starts: poll
 	// every 2 ms for the first 100 ms, so that no create waits for a
@@ -453,6 +449,17 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 			delay = min(delay*2, 100*time.Millisecond)
 		}
 	}
+}
+
+// execdURL is the base URL at which the server reaches a sandbox's execd
+// published at hostAddr: a port published on every address is reached on
+// loopback.
+func execdURL(hostAddr string) string {
+	host, port := splitHostPort(hostAddr)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + joinHostPort(host, port)
 }
 
 func splitHostPort(addr string) (host, port string) {
