@@ -290,12 +290,13 @@ func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallTool
 	}
 	// The status was read first: output written before the command ended
 	// is then certain to be in these logs.
-	data, next, err := sb.CommandLogs(ctx, in.CommandID, in.Cursor)
+	// Streamed into the clip, which keeps only its head and tail: a log
+	// of any size costs the clip's bound in memory.
+	c := newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput))
+	next, err := sb.CommandLogsTo(ctx, in.CommandID, in.Cursor, c)
 	if err != nil {
 		return nil, LogsOutput{}, err
 	}
-	c := newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput))
-	c.Write(data)
 	out := LogsOutput{CommandID: in.CommandID, Running: st.Running, ExitCode: st.ExitCode, Error: st.Error,
 		Output: c.String(), Truncated: c.Truncated(), NextCursor: next}
 	var b strings.Builder

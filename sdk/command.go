@@ -375,29 +375,40 @@ func (s *Sandbox) CommandStatus(ctx context.Context, id string) (*api.CommandSta
 // as they were interleaved) from byte offset cursor, and the cursor to
 // ask from next time.
 func (s *Sandbox) CommandLogs(ctx context.Context, id string, cursor int64) ([]byte, int64, error) {
-	tg, err := s.execd(ctx)
+	var buf bytes.Buffer
+	next, err := s.CommandLogsTo(ctx, id, cursor, &buf)
 	if err != nil {
 		return nil, cursor, err
+	}
+	return buf.Bytes(), next, nil
+}
+
+// CommandLogsTo is CommandLogs writing the output to w as it arrives,
+// so that a log of any size never has to fit in memory.
+func (s *Sandbox) CommandLogsTo(ctx context.Context, id string, cursor int64, w io.Writer) (int64, error) {
+	tg, err := s.execd(ctx)
+	if err != nil {
+		return cursor, err
 	}
 	q := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}}
 	r := tg.req("get logs of command "+id, http.MethodGet, "/command/"+url.PathEscape(id)+"/logs", q)
 	r.idempotent = true
 	resp, err := s.c.t.do(ctx, r)
 	if err != nil {
-		return nil, cursor, err
+		return cursor, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	n, err := io.Copy(w, resp.Body)
 	if err != nil {
-		return nil, cursor, fmt.Errorf("get logs of command %s: %w", id, err)
+		return cursor, fmt.Errorf("get logs of command %s: %w", id, err)
 	}
-	next := cursor + int64(len(data))
+	next := cursor + n
 	if h := resp.Header.Get(api.HeaderTailCursor); h != "" {
 		if n, err := strconv.ParseInt(h, 10, 64); err == nil {
 			next = n
 		}
 	}
-	return data, next, nil
+	return next, nil
 }
 
 // FollowLogs writes a background command's output to w as it is
