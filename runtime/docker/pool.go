@@ -342,13 +342,20 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
 			return sb, nil
 		}
-		r.mu.Lock()
 		if errors.Is(err, sandbox.ErrInvalid) {
-			// The request, not the sandbox, was at fault: it stays warm.
+			// The request, not the sandbox, was at fault: it stays warm,
+			// its claim marker cleared.
+			r.recMu.Lock()
+			if uerr := r.st.updateRecord(e.sb.ID, func(rec *record) { rec.Claiming = false }); uerr != nil {
+				r.log.Warn("clear claim marker", "sandbox", e.sb.ID, "err", uerr)
+			}
+			r.recMu.Unlock()
+			r.mu.Lock()
 			e.claiming = false
 			r.mu.Unlock()
 			return nil, err
 		}
+		r.mu.Lock()
 		r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "sandbox", e.sb.ID, "err", err)
 		// Never unmarked before it is marked deleting: no other claim may
 		// take it in between.
@@ -407,7 +414,10 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	// Recorded first: a restart that finds a claim begun and not finished
 	// cannot tell whether execd took it, so it removes the sandbox rather
 	// than hand it out again (see restore).
-	if err := r.st.updateRecord(id, func(rec *record) { rec.Claiming = true }); err != nil {
+	r.recMu.Lock()
+	err = r.st.updateRecord(id, func(rec *record) { rec.Claiming = true })
+	r.recMu.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("record the claim: %w", err)
 	}
 	resp, err := claimClient.Do(req)
