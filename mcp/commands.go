@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -293,9 +294,17 @@ func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallTool
 	// Streamed into the clip, which keeps only its head and tail: a log
 	// of any size costs the clip's bound in memory.
 	c := newClip(cmpInt(in.MaxOutputChars, s.cfg.MaxOutput))
-	next, err := sb.CommandLogsTo(ctx, in.CommandID, in.Cursor, c)
+	hb := &holdBack{w: c}
+	next, err := sb.CommandLogsTo(ctx, in.CommandID, in.Cursor, hb)
 	if err != nil {
 		return nil, LogsOutput{}, err
+	}
+	if st.Running && len(hb.pending) > 0 {
+		// A character cut by the end of what was written so far: the next
+		// read starts at it, and gets it whole.
+		next -= int64(len(hb.pending))
+	} else {
+		c.Write(hb.pending)
 	}
 	out := LogsOutput{CommandID: in.CommandID, Running: st.Running, ExitCode: st.ExitCode, Error: st.Error,
 		Output: c.String(), Truncated: c.Truncated(), NextCursor: next}
@@ -325,4 +334,21 @@ func cmpInt(a, b int) int {
 		return a
 	}
 	return b
+}
+
+// holdBack passes bytes on to w, except a UTF-8 sequence begun and not
+// finished at the end of what it was given so far, kept in pending.
+type holdBack struct {
+	w       io.Writer
+	pending []byte
+}
+
+func (h *holdBack) Write(p []byte) (int, error) {
+	data := append(h.pending, p...)
+	whole := trimPartialRune(data, true)
+	h.pending = append([]byte(nil), data[len(whole):]...)
+	if _, err := h.w.Write(whole); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

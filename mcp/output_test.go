@@ -129,3 +129,18 @@ func TestStripANSI(t *testing.T) {
 		t.Errorf("stripANSI = %q", got)
 	}
 }
+
+// TestHoldBack: a character cut by the end of the input waits, whole
+// characters pass.
+func TestHoldBack(t *testing.T) {
+	var b strings.Builder
+	h := &holdBack{w: &b}
+	h.Write([]byte("caf\xc3"))
+	if b.String() != "caf" || string(h.pending) != "\xc3" {
+		t.Fatalf("after a cut: %q, pending %q", b.String(), h.pending)
+	}
+	h.Write([]byte("\xa9 ok"))
+	if b.String() != "café ok" || len(h.pending) != 0 {
+		t.Fatalf("after the rest: %q, pending %q", b.String(), h.pending)
+	}
+}
