@@ -260,8 +260,19 @@ func (s *Server) codeResult(r map[string]any, limit int) (CodeResult, []gomcp.Co
 	}
 	// An image's text ("<Figure size 640x480 with 1 Axes>") says nothing
 	// the image does not.
-	switch t := r["text"].(type) {
-	case string:
+	t, isText := r["text"].(string)
+	if isText && strings.HasPrefix(t, "<") && strings.HasSuffix(t, " object>") {
+		// A bare repr ("<IPython.core.display.HTML object>") says nothing;
+		// a richer text of the same result does.
+		for _, mime := range []string{"text/markdown", "text/html", "text/latex"} {
+			if _, ok := r[mime].(string); ok {
+				isText = false
+				break
+			}
+		}
+	}
+	switch {
+	case isText:
 		if !hasImage {
 			cr.Text, _ = truncate(stripANSI(t), limit)
 		}
