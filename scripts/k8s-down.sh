@@ -15,27 +15,30 @@ LOG_PREFIX=k8s-down
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
 
-# stop NAME: SIGTERM the recorded PID, SIGKILL after 10 s.
+# stop NAME...: SIGTERM the recorded PIDs together, SIGKILL what still runs
+# after 10 s.
 stop() {
-  local pid
-  pid=$(pid_of "$1") || return 0
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.2
-    done
+  local name pid t0=$SECONDS
+  local -A pids=()
+  for name in "$@"; do
+    pid=$(pid_of "$name") || continue
+    if [[ -n $pid ]] && kill "$pid" 2>/dev/null; then pids[$name]=$pid; fi
+    rm -f "$DATA/pids/$name.pid"
+  done
+  for name in "${!pids[@]}"; do
+    pid=${pids[$name]}
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS - t0 < 10)); do sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
-    log "stopped $1 (pid $pid)"
-  fi
-  rm -f "$DATA/pids/$1.pid"
+    log "stopped $name (pid $pid) after $((SECONDS - t0)) s"
+  done
 }
 
 # Let the kubelet tear pods down itself (CNI DEL, volume unmounts) first.
 if alive kubelet && alive kube-apiserver && alive containerd; then
   log "deleting pods"
-  kubectl_ delete pods --all --all-namespaces --grace-period=0 --force --wait=true --timeout=60s \
-    >/dev/null 2>&1 || log "some pods were not deleted in time; removing them by force"
+  if ! kubectl_ delete pods --all --all-namespaces --grace-period=1 --wait=true --timeout=30s >/dev/null 2>&1; then
+    log "some pods were not deleted within 30 s; removing them by force"
+  fi
 fi
 stop kubelet
 
@@ -52,12 +55,16 @@ for pid in $(pgrep -f -- "-address $CTRD_SOCK( |$)" || true); do
   kill -9 "$pid" 2>/dev/null && log "stopped containerd shim (pid $pid)"
 done
 
-for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[i]}"; done
+stop kube-controller-manager kube-scheduler kube-apiserver
+stop etcd
 
 # Mounts: container root filesystems, pod volumes, pod network namespaces.
-findmnt -rn -o TARGET | grep -E "^($DATA|$CTRD_ROOT)/|^/run/netns/cni-" | sort -r |
+{ findmnt -rn -o TARGET | grep -E "^($DATA|$CTRD_ROOT)/|^/run/netns/cni-" || true; } | sort -r |
   while read -r m; do umount -l "$m" 2>/dev/null || true; done
 rm -f /run/netns/cni-*
+# Directories made by the CRI (netns) and by containerd 1.6's shims (their
+# sockets always go to /run/containerd/s), if nothing else uses them.
+rmdir /run/netns /run/containerd/s /run/containerd 2>/dev/null || true
 
 for link in "$POD_BRIDGE" "$NODE_BRIDGE"; do
   if ip link show "$link" >/dev/null 2>&1; then
@@ -76,7 +83,7 @@ for ipt in iptables ip6tables; do
   command -v "$ipt" >/dev/null || continue
   for table in filter nat mangle; do
     rules=$("$ipt" -t "$table" -S 2>/dev/null) || continue
-    grep -E '^-A [A-Z-]+ .*-j KUBE-' <<<"$rules" | grep -v '^-A KUBE-' | sed 's/^-A/-D/' |
+    { grep -E '^-A [A-Z-]+ .*-j KUBE-' <<<"$rules" | grep -v '^-A KUBE-' || true; } | sed 's/^-A/-D/' |
       while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
     for chain in $(awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}' <<<"$rules"); do
       "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
@@ -87,9 +94,15 @@ for ipt in iptables ip6tables; do
   done
 done
 
-# The kubelet writes container logs under /var/log/pods and /var/log/containers;
-# leave the directories only if something else has files there.
-rmdir /var/log/pods /var/log/containers 2>/dev/null || true
+# The kubelet keeps pod logs in .k8s/data/pod-logs but always links them from
+# /var/log/containers: remove our links, and the directories if now empty.
+if [[ -d /var/log/containers ]]; then
+  find /var/log/containers -maxdepth 1 -type l -lname "$DATA/*" -delete
+fi
+rmdir /var/log/containers /var/log/pods 2>/dev/null || true
+# ... and its device-plugin socket under /var/lib/kubelet whatever its root dir.
+rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
 
 rm -rf "$DATA" "$KUBECONFIG_OUT"
 if [[ ${CLEAN:-0} == 1 ]]; then

@@ -164,6 +164,7 @@ state = "$CTRD_STATE"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$CTRD_STATE/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DATA/cni/net.d"
@@ -217,6 +218,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 serializeImagePulls: false
+podLogsDir: $DATA/pod-logs
 YAML
 start kubelet "$BIN/kubelet" --config="$DATA/kubelet/config.yaml" --kubeconfig="$DATA/kubelet.kubeconfig" \
   --root-dir="$DATA/kubelet/root" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1

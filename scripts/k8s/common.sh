@@ -31,7 +31,7 @@ APISERVER=https://127.0.0.1:6443
 PAUSE_IMAGE=opensandbox/pause:1.0
 # Local images imported into the node (built by `make images`).
 K8S_IMAGES=${K8S_IMAGES:-opensandbox/busybox opensandbox/python:3.11 opensandbox/code-interpreter}
-# Started in this order, stopped in the reverse one.
+# The processes k8s-up.sh starts, in order.
 COMPONENTS=(etcd kube-apiserver kube-scheduler kube-controller-manager containerd kubelet)
 
 log() { printf '%s: %s\n' "${LOG_PREFIX:-k8s}" "$*" >&2; }
