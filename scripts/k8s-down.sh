@@ -6,7 +6,8 @@
 # the KUBE-* iptables chains, .k8s/data and .k8s/kubeconfig.
 #
 # The built binaries (.k8s/bin) and the imported images (.k8s/containerd) are
-# kept so the next k8s-up takes seconds; CLEAN=1 removes all of .k8s too.
+# kept so the next k8s-up takes seconds; CLEAN=1 removes all of .k8s and the
+# opensandbox/pause image too.
 # Safe to run when nothing is up.
 set -euo pipefail
 # shellcheck source=k8s/common.sh
@@ -108,6 +109,9 @@ rm -rf "$DATA" "$KUBECONFIG_OUT"
 if [[ ${CLEAN:-0} == 1 ]]; then
   chmod -R u+w "$K8S_DIR/build" 2>/dev/null || true # Go's module cache copies are read-only
   rm -rf "$K8S_DIR"
+  if docker image inspect "$PAUSE_IMAGE" >/dev/null 2>&1; then
+    docker image rm "$PAUSE_IMAGE" >/dev/null && log "removed the Docker image $PAUSE_IMAGE"
+  fi
   log "removed $K8S_DIR (binaries and images included)"
 else
   log "done; binaries in $BIN and images in $CTRD_ROOT are kept (CLEAN=1 removes them)"

@@ -31,8 +31,11 @@ build_etcd() {
   mkdir -p "$dir"
   printf 'module etcdbuild\n\ngo 1.26.0\n' > "$dir/go.mod"
   printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > "$dir/tools.go"
-  (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
-    go build -trimpath -ldflags='-s -w' -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3)
+  if ! (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION") >"$dir/get.log" 2>&1; then
+    cat "$dir/get.log" >&2
+    exit 1
+  fi
+  (cd "$dir" && go build -trimpath -ldflags='-s -w' -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3)
   stamp etcd "$ETCD_VERSION"
 }
 
