@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X github.com/opensandbox/opensandbox/cli.Version=$(VERSION) -X
 # BENCH=quick runs a shorter benchmark.
 BENCH ?= full
 
-.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean
+.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean k8s-up k8s-down k8s-clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,15 @@ lint: ## gofmt, go vet, go mod tidy check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	@$(GO) mod tidy && git diff --exit-code go.mod go.sum
+
+k8s-up: images ## start a local 1-node Kubernetes (builds it once, ~10 min; then seconds); kubeconfig in .k8s/kubeconfig
+	@./scripts/k8s-up.sh
+
+k8s-down: ## stop the local Kubernetes and remove what it made (keeps the built binaries and images in .k8s/)
+	@./scripts/k8s-down.sh
+
+k8s-clean: ## k8s-down, and remove .k8s/ with the built binaries too
+	@CLEAN=1 ./scripts/k8s-down.sh
 
 clean: ## remove build output and caches made by the scripts
 	rm -rf $(BIN) .cache
