@@ -577,7 +577,16 @@ func (c *Context) interrupt() {
 	case byPipe:
 		c.interrupts.Write([]byte{'\n'})
 	default:
-		c.proc.Signal(syscall.SIGINT)
+		// To the interpreter's main thread, as a Jupyter kernel is
+		// interrupted: a signal sent to the process may be taken by any
+		// of its threads, and then the main thread's blocking call
+		// (time.sleep, a read) is not broken off until it returns.
+		// Children the code waits for are stopped by the code's own
+		// unwinding (subprocess.run kills its child on KeyboardInterrupt).
+		pid := c.proc.Pid()
+		if err := syscall.Tgkill(pid, pid, syscall.SIGINT); err != nil {
+			c.proc.Signal(syscall.SIGINT)
+		}
 	}
 }
 
