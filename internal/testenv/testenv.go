@@ -18,7 +18,9 @@ func Required() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("OSB_REQUIRE_ALL") == "1"
 }
 
-func missing(t testing.TB, format string, args ...any) {
+// Missing reports a dependency the test needs and does not have: the
+// test is skipped on a developer machine and fails in CI.
+func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if Required() {
 		t.Fatalf("required dependency missing (CI): "+format, args...)
@@ -30,7 +32,7 @@ func missing(t testing.TB, format string, args ...any) {
 func MustHaveRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		missing(t, "test needs root")
+		Missing(t, "test needs root")
 	}
 }
 
@@ -51,7 +53,7 @@ func MustHaveDocker(t testing.TB) {
 		}
 	})
 	if dockerErr != nil {
-		missing(t, "no Docker engine answers (run make docker): %v", dockerErr)
+		Missing(t, "no Docker engine answers (run make docker): %v", dockerErr)
 	}
 }
 
@@ -60,7 +62,7 @@ func MustHaveImage(t testing.TB, image string) {
 	t.Helper()
 	MustHaveDocker(t)
 	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
-		missing(t, "image %s is missing (run make images)", image)
+		Missing(t, "image %s is missing (run make images)", image)
 	}
 }
 
@@ -69,7 +71,7 @@ func MustHaveCommand(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		missing(t, "%s is not installed", name)
+		Missing(t, "%s is not installed", name)
 	}
 	return p
 }

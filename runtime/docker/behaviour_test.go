@@ -343,10 +343,7 @@ func TestGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !rts["runsc"] {
-		if testenv.Required() {
-			t.Fatal("runsc is not a runtime of the engine (run make docker)")
-		}
-		t.Skip("skipping: runsc is not a runtime of the engine")
+		testenv.Missing(t, "runsc is not a runtime of the engine (run make docker)")
 	}
 	id := start(t, rt, sandbox.Spec{Extensions: map[string]string{extRuntime: "runsc"}})
 	if got := mustRun(t, rt, id, "dmesg | head -n 1"); !strings.Contains(got, "gVisor") {
