@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -407,16 +408,9 @@ func mean(ds []time.Duration) float64 {
 	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
 }
 
-// dockerOut runs the docker CLI and returns its combined output; a
-// failure carries the output.
+// dockerOut runs the docker CLI (see benchkit.Docker).
 func dockerOut(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
+	return benchkit.Docker(context.Background(), 2*time.Minute, args...)
 }
 
 // req builds a request to execd with the token and, when body is not

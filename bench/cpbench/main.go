@@ -23,11 +23,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 	"github.com/opensandbox/opensandbox/internal/testserver"
 	"github.com/opensandbox/opensandbox/sdk"
@@ -143,7 +143,7 @@ func run(set settings) ([]report.Row, error) {
 			what       string
 			ours, base []time.Duration
 		}{{"into the sandbox", in[0], in[1]}, {"out of the sandbox", out[0], out[1]}} {
-			ours, base := median(dir.ours), median(dir.base)
+			ours, base := benchkit.Median(dir.ours), benchkit.Median(dir.base)
 			rows = append(rows, report.Row{
 				Name: m.name + ", " + dir.what, Unit: "s",
 				Value: ours.Seconds(), Baseline: base.Seconds(), BaseName: "docker cp",
@@ -158,7 +158,7 @@ func run(set settings) ([]report.Row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
 		}
-		base := median(in[1])
+		base := benchkit.Median(in[1])
 		rows = append(rows, report.Row{
 			Name: m.name + ", into the sandbox, osb cp --sync", Unit: "s",
 			Value: synced.Seconds(), Baseline: base.Seconds(), BaseName: "docker cp (no sync)",
@@ -184,7 +184,7 @@ func (b *bench) measureSynced(src string) (time.Duration, error) {
 			b.sb.Remove(ctx, remote)
 		}
 	}
-	return median(ds), nil
+	return benchkit.Median(ds), nil
 }
 
 // measure copies src into the sandbox and back out with both tools, runs
@@ -304,16 +304,7 @@ func checkSum(path string, want [32]byte) error {
 	return nil
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
+// docker runs the docker CLI (see benchkit.Docker).
 func docker(args ...string) (string, error) {
-	out, err := exec.Command("docker", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return benchkit.Docker(context.Background(), 10*time.Minute, args...)
 }

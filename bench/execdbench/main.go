@@ -22,13 +22,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -159,14 +159,9 @@ func runAll(set settings) (rows []row, err error) {
 	return rows, nil
 }
 
+// dockerOut runs the docker CLI (see benchkit.Docker).
 func dockerOut(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
+	return benchkit.Docker(context.Background(), 5*time.Minute, args...)
 }
 
 func (b *bench) req(method, path string, body io.Reader) *http.Request {
@@ -338,12 +333,6 @@ func (p *pattern) Read(b []byte) (int, error) {
 // repeats is how many times the file transfers run; the median counts.
 const repeats = 3
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // upload sends the file into dir in the container, through execd and
 // through docker cp.
 func (b *bench) upload(dir, where string) (row, error) {
@@ -355,7 +344,7 @@ func (b *bench) upload(dir, where string) (row, error) {
 		}
 		runs = append(runs, d)
 	}
-	ours := median(runs)
+	ours := benchkit.Median(runs)
 	local := filepath.Join(b.tmp, "bench.bin")
 	f, err := os.Create(local)
 	if err != nil {
@@ -423,7 +412,7 @@ func (b *bench) download() (row, error) {
 		}
 		runs = append(runs, time.Since(start))
 	}
-	ours := median(runs)
+	ours := benchkit.Median(runs)
 	local := filepath.Join(b.tmp, "bench-out.bin")
 	start := time.Now()
 	if _, err := dockerOut("cp", b.cid+":/tmp/bench-cp.bin", local); err != nil {

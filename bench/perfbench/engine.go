@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 )
 
 // baselineLabel marks the containers this harness starts itself, the
@@ -14,15 +15,9 @@ import (
 // next.
 const baselineLabel = "osb-perfbench=1"
 
-// docker runs the docker CLI and returns its trimmed output.
+// docker runs the docker CLI (see benchkit.Docker).
 func docker(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return strings.TrimSpace(string(out)), nil
+	return benchkit.Docker(ctx, 5*time.Minute, args...)
 }
 
 // baselineRun is the baseline's create: `docker run -d` of the same

@@ -14,10 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -160,7 +160,7 @@ func (t *transfer) upload(ctx context.Context, r *row) error {
 		theirs = append(theirs, time.Since(start))
 	}
 	mb := float64(t.b.set.fileBytes) / 1e6
-	r.Value, r.Baseline = mb/median(ours).Seconds(), mb/median(theirs).Seconds()
+	r.Value, r.Baseline = mb/benchkit.Median(ours).Seconds(), mb/benchkit.Median(theirs).Seconds()
 	r.Ratio = r.Value / r.Baseline
 	r.Note = "the container's disk (overlay); execd fsyncs, docker cp does not"
 	return nil
@@ -223,7 +223,7 @@ func (t *transfer) download(ctx context.Context, r *row) error {
 		theirs = append(theirs, time.Since(start))
 	}
 	mb := float64(t.b.set.fileBytes) / 1e6
-	r.Value, r.Baseline = mb/median(ours).Seconds(), mb/median(theirs).Seconds()
+	r.Value, r.Baseline = mb/benchkit.Median(ours).Seconds(), mb/benchkit.Median(theirs).Seconds()
 	r.Ratio = r.Value / r.Baseline
 	return nil
 }
@@ -276,11 +276,4 @@ func (p *pattern) Read(b []byte) (int, error) {
 	k = int(min(int64(k), p.n-p.off))
 	p.off += int64(k)
 	return k, nil
-}
-
-// median is the middle of ds.
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

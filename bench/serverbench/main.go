@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -238,14 +239,9 @@ func (b *bench) firstCommand(id string) error {
 	}
 }
 
+// docker runs the docker CLI (see benchkit.Docker).
 func docker(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return benchkit.Docker(context.Background(), 2*time.Minute, args...)
 }
 
 func (b *bench) createToFirstCommand() (row, error) {
