@@ -23,7 +23,7 @@ build: ## build the binaries into bin/ (static)
 docker: ## install and start a Docker engine (with runsc) if needed
 	@./scripts/docker-up.sh
 
-images: docker ## build the local images used by tests and the demo
+images: build docker ## build the local images used by tests, the demo and the cluster (execd and server images from bin/)
 	@./scripts/images.sh
 
 demo: build images ## start the server, create a sandbox, run python in it, clean up
