@@ -41,7 +41,7 @@ if alive kubelet && alive kube-apiserver && alive containerd; then
     log "some pods were not deleted within 30 s; removing them by force"
   fi
 fi
-stop kubelet
+stop kube-proxy kubelet
 
 # Remove every container and sandbox from our containerd, so its root
 # (kept for the images) holds images only.
@@ -78,8 +78,13 @@ for c in /sys/fs/cgroup/*/kubepods; do
   if [[ -d $c ]]; then find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
 done
 
-# iptables chains the kubelet made (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...):
-# drop the jumps to them from other chains, then the chains.
+# iptables chains kube-proxy made (KUBE-SERVICES, KUBE-SVC-*, ...): its own
+# cleanup first, for what it knows (ipvs, nftables too); then every chain the
+# kubelet and it made (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...): drop the
+# jumps to them from other chains, then the chains.
+if [[ -x $BIN/kube-proxy ]]; then
+  "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+fi
 for ipt in iptables ip6tables; do
   command -v "$ipt" >/dev/null || continue
   for table in filter nat mangle; do
