@@ -11,5 +11,6 @@ source "$(dirname "$0")/k8s/common.sh"
 LOG_PREFIX=k8s-images
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (the node's containerd socket)"
+lock_cluster
 alive containerd || die "the local cluster is not running; start it with \`make k8s-up\` (which imports the images itself)"
 import_images $K8S_IMAGES

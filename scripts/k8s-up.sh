@@ -28,6 +28,7 @@ LOG_PREFIX=k8s-up
 start_time=$SECONDS
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (bridges, mounts, cgroups, iptables)"
+lock_cluster
 
 all_alive() {
   local c
@@ -77,7 +78,7 @@ mkdir -p "$DATA/logs" "$DATA/pids"
 start() {
   local name=$1
   shift
-  setsid "$@" >"$DATA/logs/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$DATA/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$DATA/pids/$name.pid"
   log "started $name (pid $!)"
 }
@@ -136,6 +137,9 @@ if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
 fi
 
 mkdir -p "$DATA/cni/net.d" "$DATA/kubelet" "$CTRD_ROOT"
+# The firewall plugin accepts each pod's traffic in FORWARD, whose policy
+# Docker sets to DROP: without it pod-to-pod traffic (direct or through a
+# Service), which br_netfilter sends through FORWARD, is dropped.
 cat >"$DATA/cni/net.d/10-bridge.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -144,7 +148,8 @@ cat >"$DATA/cni/net.d/10-bridge.conflist" <<JSON
     {"type": "bridge", "bridge": "$POD_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": "$DATA/cni/ipam"}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall", "backend": "iptables"}
   ]
 }
 JSON

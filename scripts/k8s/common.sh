@@ -50,6 +50,22 @@ node_ready() {
   [[ $(kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
+# lock_cluster waits until no other k8s-up, k8s-down or k8s-images runs on
+# this .k8s, then holds the lock until the script exits: two of them at once
+# (from two worktrees sharing .k8s, say) would start or stop components
+# under each other. A script run by one that holds it (k8s-up runs k8s-down)
+# goes on. Daemons must not inherit the descriptor (start closes it).
+lock_cluster() {
+  [[ ${K8S_LOCK_HELD:-} == "$K8S_DIR" ]] && return
+  mkdir -p "$K8S_DIR"
+  exec 9>"$K8S_DIR/.lock"
+  if ! flock -n 9; then
+    log "waiting for another k8s-up/k8s-down/k8s-images on $K8S_DIR"
+    flock -w 600 9 || die "another k8s-up/k8s-down/k8s-images held $K8S_DIR/.lock for 10 minutes"
+  fi
+  export K8S_LOCK_HELD=$K8S_DIR
+}
+
 # import_images IMAGE...: copy local Docker images into the node's containerd
 # (namespace k8s.io), where pods find them without a pull. An image is
 # skipped when the Docker image ID imported last for its reference is the
