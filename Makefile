@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X github.com/opensandbox/opensandbox/cli.Version=$(VERSION) -X
 # BENCH=quick runs a shorter benchmark.
 BENCH ?= full
 
-.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean k8s-up k8s-down k8s-clean
+.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean k8s-up k8s-down k8s-clean k8s-images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,7 +23,7 @@ build: ## build the binaries into bin/ (static)
 docker: ## install and start a Docker engine (with runsc) if needed
 	@./scripts/docker-up.sh
 
-images: docker ## build the local images used by tests and the demo
+images: build docker ## build the local images used by tests, the demo and the cluster (execd and server images from bin/)
 	@./scripts/images.sh
 
 demo: build images ## start the server, create a sandbox, run python in it, clean up
@@ -57,6 +57,9 @@ lint: ## gofmt, go vet, go mod tidy check
 
 k8s-up: images ## start a local 1-node Kubernetes (builds it once, ~10 min; then seconds); kubeconfig in .k8s/kubeconfig
 	@./scripts/k8s-up.sh
+
+k8s-images: images ## import into the running local Kubernetes the local images that changed (execd, server, ...)
+	@./scripts/k8s-images.sh
 
 k8s-down: ## stop the local Kubernetes and remove what it made (keeps the built binaries and images in .k8s/)
 	@./scripts/k8s-down.sh

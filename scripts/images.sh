@@ -11,6 +11,16 @@
 #   opensandbox/busybox         busybox-static with its applet links (~2 MB)
 #   opensandbox/noshell         busybox-static alone, without any shell link:
 #                               an image in which no shell exists
+#   opensandbox/execd           FROM scratch + /execd (bin/execd): what a
+#                               Kubernetes sandbox pod's init container copies
+#                               execd from (`/execd --install-to PATH`)
+#   opensandbox/server          FROM scratch + /opensandbox-server
+#                               (bin/opensandbox-server), an empty /tmp, user
+#                               65532: the lifecycle server in a cluster
+#
+# The last two are made from the static binaries `make build` leaves in bin/
+# and carry the binary's SHA-256 as a label: they are rebuilt when the binary
+# changed, which takes about a second.
 #
 # An image that already exists is kept, so a second run takes seconds.
 # FORCE=1 rebuilds everything. Work files live in .cache/images (git-ignored).
@@ -130,6 +140,36 @@ busybox_images() {
 	rm -rf "$dir"
 }
 
+# binary_image IMAGE BINARY USER: IMAGE holds only bin/BINARY at /BINARY (its
+# entrypoint) and an empty /tmp, and runs as USER. It is rebuilt when the
+# binary's SHA-256 differs from the one in the image's label.
+binary_image() {
+	local image=$1 name=$2 user=$3 src=$top/bin/$2 sum dir old
+	[[ -x $src ]] || { log "$src is missing; run make build first"; return 1; }
+	sum=$(sha256sum "$src" | cut -d' ' -f1)
+	if [[ ${FORCE:-0} != 1 ]] &&
+		[[ $(docker image inspect --format '{{index .Config.Labels "io.opensandbox.binary.sha256"}}' "$image" 2>/dev/null) == "$sum" ]]; then
+		return
+	fi
+	old=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+	dir="$cache/$name-image"
+	rm -rf "$dir"
+	mkdir -p "$dir/tmp"
+	chmod 1777 "$dir/tmp"
+	cp "$src" "$dir/$name"
+	chmod 0755 "$dir/$name"
+	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker import \
+		--change "ENTRYPOINT [\"/$name\"]" \
+		--change "USER $user" \
+		--change "LABEL io.opensandbox.binary.sha256=$sum" \
+		- "$image" >/dev/null
+	rm -rf "$dir"
+	# The replaced image would stay behind untagged; a container may still
+	# use it, and then it stays.
+	[[ -n $old ]] && docker image rm "$old" >/dev/null 2>&1 || true
+	log "built $image from bin/$name"
+}
+
 main() {
 	if ! docker version >/dev/null 2>&1; then
 		log "no Docker engine answers; run scripts/docker-up.sh (make docker) first"
@@ -144,6 +184,8 @@ main() {
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi
+	binary_image opensandbox/execd:latest execd 0
+	binary_image opensandbox/server:latest opensandbox-server 65532:65532
 	docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^opensandbox/' >&2
 }
 

@@ -3,7 +3,7 @@
 # what it made: processes (by their recorded PIDs, plus the containerd shims
 # that serve our containerd socket), pod sandboxes and their mounts and
 # network namespaces, the cni0 and k8s-node0 bridges, the kubepods cgroups,
-# the KUBE-* iptables chains, .k8s/data and .k8s/kubeconfig.
+# the KUBE-* and CNI-* iptables chains, .k8s/data and .k8s/kubeconfig.
 #
 # The built binaries (.k8s/bin) and the imported images (.k8s/containerd) are
 # kept so the next k8s-up takes seconds; CLEAN=1 removes all of .k8s and the
@@ -15,6 +15,7 @@ source "$(dirname "$0")/k8s/common.sh"
 LOG_PREFIX=k8s-down
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
+lock_cluster
 
 # stop NAME...: SIGTERM the recorded PIDs together, SIGKILL what still runs
 # after 10 s.
@@ -41,7 +42,7 @@ if alive kubelet && alive kube-apiserver && alive containerd; then
     log "some pods were not deleted within 30 s; removing them by force"
   fi
 fi
-stop kubelet
+stop kube-proxy kubelet
 
 # Remove every container and sandbox from our containerd, so its root
 # (kept for the images) holds images only.
@@ -78,18 +79,24 @@ for c in /sys/fs/cgroup/*/kubepods; do
   if [[ -d $c ]]; then find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
 done
 
-# iptables chains the kubelet made (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...):
-# drop the jumps to them from other chains, then the chains.
+# iptables chains kube-proxy made (KUBE-SERVICES, KUBE-SVC-*, ...): its own
+# cleanup first, for what it knows (ipvs, nftables too); then every chain the
+# kubelet, it and the CNI plugins made (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+# CNI-FORWARD, CNI-HOSTPORT-*, ...): drop the jumps to them from other
+# chains, then the chains.
+if [[ -x $BIN/kube-proxy ]]; then
+  "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+fi
 for ipt in iptables ip6tables; do
   command -v "$ipt" >/dev/null || continue
   for table in filter nat mangle; do
     rules=$("$ipt" -t "$table" -S 2>/dev/null) || continue
-    { grep -E '^-A [A-Z-]+ .*-j KUBE-' <<<"$rules" | grep -v '^-A KUBE-' || true; } | sed 's/^-A/-D/' |
+    { grep -E '^-A [A-Z0-9-]+ .*-j (KUBE|CNI)-' <<<"$rules" | grep -Ev '^-A (KUBE|CNI)-' || true; } | sed 's/^-A/-D/' |
       while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
-    for chain in $(awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}' <<<"$rules"); do
+    for chain in $(awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}' <<<"$rules"); do
       "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
     done
-    for chain in $(awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}' <<<"$rules"); do
+    for chain in $(awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}' <<<"$rules"); do
       "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
     done
   done

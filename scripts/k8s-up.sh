@@ -3,17 +3,19 @@
 # tests, from the Go module proxy and Debian packages only:
 #
 #   - builds etcd and kube-apiserver, kube-scheduler, kube-controller-manager,
-#     kubelet and kubectl into .k8s/bin (once: ~10 min cold on 2 cores,
+#     kubelet, kube-proxy and kubectl into .k8s/bin (once: ~10 min cold on 2 cores,
 #     cached afterwards; see scripts/k8s/build.sh for the pinned versions);
 #   - installs Debian's containerd, runc and containernetworking-plugins when
 #     missing, and builds a local pause image;
 #   - starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager, a
 #     containerd of its own (socket, root and state under .k8s/, not Docker's)
-#     and a kubelet; pods get addresses on a local bridge (cni0, 10.244.0.0/24)
-#     that the host reaches directly;
-#   - imports the local images (opensandbox/busybox, opensandbox/python:3.11,
-#     opensandbox/code-interpreter: `make images`) into containerd, so pods
-#     use them with imagePullPolicy: Never;
+#     a kubelet and kube-proxy (iptables); pods get addresses on a local
+#     bridge (cni0, 10.244.0.0/24) that the host reaches directly, and
+#     ClusterIP Services work from the host and from pods, `kubernetes`
+#     (10.96.0.1:443) included, so in-cluster clients reach the apiserver;
+#   - imports the local images (K8S_IMAGES in scripts/k8s/common.sh, built by
+#     `make images`) into containerd, so pods use them with imagePullPolicy:
+#     Never or IfNotPresent (scripts/k8s-images.sh re-imports changed ones);
 #   - waits until the node is Ready and writes the admin kubeconfig to
 #     .k8s/kubeconfig.
 #
@@ -26,6 +28,7 @@ LOG_PREFIX=k8s-up
 start_time=$SECONDS
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (bridges, mounts, cgroups, iptables)"
+lock_cluster
 
 all_alive() {
   local c
@@ -75,7 +78,7 @@ mkdir -p "$DATA/logs" "$DATA/pids"
 start() {
   local name=$1
   shift
-  setsid "$@" >"$DATA/logs/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$DATA/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$DATA/pids/$name.pid"
   log "started $name (pid $!)"
 }
@@ -94,11 +97,14 @@ start etcd "$BIN/etcd" --name default --data-dir "$DATA/etcd" \
   --unsafe-no-fsync --log-level warn
 wait_for 30 etcd curl -fs http://127.0.0.1:2379/health || fail etcd "did not answer within 30 s"
 
-# --endpoint-reconciler-type=none: the apiserver refuses 127.0.0.1 as the
-# address of the `kubernetes` Service endpoints otherwise.
+# Pods reach the apiserver through the `kubernetes` Service, whose endpoint
+# is the advertised address: the node IP (a loopback address is refused
+# there), on the node's bridge. The apiserver listens on every address so it
+# answers there and on 127.0.0.1 (the kubeconfigs); it requires a client
+# certificate or token for everything but its health and version.
 start kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers=http://127.0.0.1:2379 \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=6443 \
+  --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port=6443 \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
   --client-ca-file="$PKI/ca.crt" \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
@@ -109,7 +115,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
   --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
-  --endpoint-reconciler-type=none --profiling=false --v=1
+  --profiling=false --v=1
 wait_for 60 kube-apiserver curl -fs --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
   "$APISERVER/readyz" || fail kube-apiserver "was not ready within 60 s"
 
@@ -131,6 +137,9 @@ if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
 fi
 
 mkdir -p "$DATA/cni/net.d" "$DATA/kubelet" "$CTRD_ROOT"
+# The firewall plugin accepts each pod's traffic in FORWARD, whose policy
+# Docker sets to DROP: without it pod-to-pod traffic (direct or through a
+# Service), which br_netfilter sends through FORWARD, is dropped.
 cat >"$DATA/cni/net.d/10-bridge.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -139,7 +148,8 @@ cat >"$DATA/cni/net.d/10-bridge.conflist" <<JSON
     {"type": "bridge", "bridge": "$POD_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": "$DATA/cni/ipam"}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall", "backend": "iptables"}
   ]
 }
 JSON
@@ -172,23 +182,9 @@ TOML
 start containerd containerd --config "$DATA/containerd.toml"
 wait_for 30 containerd ctr_ version || fail containerd "did not answer within 30 s"
 
-# Import the local images; an image whose Docker ID was imported before (the
-# containerd root under .k8s/containerd is kept across k8s-down) is skipped.
-imported=$CTRD_ROOT/opensandbox-imported
-mkdir -p "$imported"
-for img in $PAUSE_IMAGE $K8S_IMAGES; do
-  ref=docker.io/$img
-  [[ $img == *:* ]] || ref=$ref:latest
-  id=$(docker image inspect --format '{{.Id}}' "$img")
-  stamp=$imported/$(echo "$ref" | tr '/:' '__')
-  if [[ $(cat "$stamp" 2>/dev/null) == "$id" ]] && ctr_ images ls -q | grep -qxF "$ref"; then
-    continue
-  fi
-  t0=$SECONDS
-  docker save "$img" | ctr_ images import - >/dev/null
-  echo "$id" >"$stamp"
-  log "imported $img in $((SECONDS - t0)) s"
-done
+# Import the local images; one imported before is skipped (the containerd
+# root under .k8s/containerd is kept across k8s-down).
+import_images "$PAUSE_IMAGE" $K8S_IMAGES
 
 # failCgroupV1: false and cgroupfs: this kind of machine has cgroup v1 only
 # and no systemd.
@@ -223,6 +219,16 @@ YAML
 start kubelet "$BIN/kubelet" --config="$DATA/kubelet/config.yaml" --kubeconfig="$DATA/kubelet.kubeconfig" \
   --root-dir="$DATA/kubelet/root" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 wait_for 120 node node_ready || fail kubelet "did not make node $NODE_NAME Ready within 120 s"
+
+# kube-proxy in iptables mode makes ClusterIPs work; NodePorts only on the
+# node IP. --conntrack-max-per-core=0 leaves the machine's conntrack sysctls
+# alone.
+start kube-proxy "$BIN/kube-proxy" --kubeconfig="$DATA/admin.kubeconfig" --hostname-override="$NODE_NAME" \
+  --proxy-mode=iptables --cluster-cidr="$POD_CIDR" --nodeport-addresses="$NODE_IP/32" \
+  --conntrack-max-per-core=0 --bind-address=127.0.0.1 \
+  --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
+wait_for 30 kube-proxy curl -fs http://127.0.0.1:10256/healthz ||
+  fail kube-proxy "did not program the Services within 30 s"
 # Pods can be created once the service account controller made `default`.
 wait_for 60 "default service account" kubectl_ -n default get serviceaccount default ||
   fail kube-controller-manager "did not create the default service account within 60 s"

@@ -2,6 +2,12 @@
 // and, given a command after "--", runs it as the sandbox's entrypoint:
 //
 //	execd [flags] [-- entrypoint args...]
+//	execd --install-to PATH
+//	execd --version
+//
+// With --install-to it copies its own executable to PATH and exits without
+// serving: a Kubernetes sandbox pod's init container runs it to put execd
+// on a volume that the sandbox container then starts it from.
 //
 // As a container's PID 1 it reaps every orphaned process, forwards SIGTERM,
 // SIGINT and SIGHUP to the entrypoint, and keeps serving when the
@@ -30,6 +36,9 @@ import (
 	"github.com/opensandbox/opensandbox/execd"
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
 	// A token given on the command line or in the environment would be
 	// readable by every process of the sandbox in /proc/1/cmdline or
@@ -44,6 +53,17 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "execd:", err)
 		os.Exit(2)
+	}
+	switch {
+	case m.ShowVersion:
+		fmt.Println("execd", version)
+		os.Exit(0)
+	case m.InstallTo != "":
+		if err := install(m.InstallTo); err != nil {
+			fmt.Fprintln(os.Stderr, "execd:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	code, err := m.Run(context.Background())
 	if err != nil {
@@ -64,6 +84,11 @@ type Main struct {
 	Grace time.Duration
 	// Ready, when not nil, receives the listening address.
 	Ready chan<- net.Addr
+	// InstallTo, when set, asks for a copy of the executable at this path
+	// instead of a server (see install).
+	InstallTo string
+	// ShowVersion asks for the version instead of a server.
+	ShowVersion bool
 }
 
 // NewMain returns a Main with default settings.
@@ -75,7 +100,7 @@ func NewMain() *Main {
 func (m *Main) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("execd", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: execd [flags] [-- entrypoint args...]\n\nflags:\n")
+		fmt.Fprintf(fs.Output(), "usage: execd [flags] [-- entrypoint args...]\n       execd --install-to PATH\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var tokenFile, logLevel string
@@ -95,10 +120,15 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&m.Config.MaxUploadBytes, "max-upload-bytes", 0, "largest upload request in bytes (0: no limit)")
 	fs.DurationVar(&m.Grace, "shutdown-grace", m.Grace, "time processes get between SIGTERM and SIGKILL at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (or a syslog number 0-7)")
+	fs.StringVar(&m.InstallTo, "install-to", "", "copy this executable to `PATH` (mode 0755, parents created) and exit without serving")
+	fs.BoolVar(&m.ShowVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	m.Entrypoint = fs.Args()
+	if m.InstallTo != "" && len(m.Entrypoint) > 0 {
+		return fmt.Errorf("--install-to takes no entrypoint")
+	}
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Kubernetes test-cluster binaries from the Go module proxy into
 # .k8s/bin: etcd and kube-apiserver, kube-scheduler, kube-controller-manager,
-# kubelet, kubectl. Binaries that already exist at the pinned version are kept,
+# kubelet, kube-proxy, kubectl. Binaries that already exist at the pinned version are kept,
 # so a second run does nothing.
 #
 #   K8S_VERSION   k8s.io/kubernetes version (staging modules: v0.<minor>.<patch>)
@@ -14,7 +14,7 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 K8S_DIR=${K8S_DIR:-$ROOT/.k8s}
 BIN_DIR=$K8S_DIR/bin
 BUILD_DIR=$K8S_DIR/build
-CMDS=(kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl)
+CMDS=(kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy kubectl)
 
 log() { echo "k8s-build: $*"; }
 mkdir -p "$BIN_DIR" "$BUILD_DIR"

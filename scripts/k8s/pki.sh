@@ -11,11 +11,25 @@ LOG_PREFIX=k8s-pki
 mkdir -p "$PKI"
 cd "$PKI"
 
+# has_sans CERT SANs: CERT names every one of the comma-separated SANs
+# (openssl's spelling: DNS:x, IP:x).
+has_sans() {
+  local have want w
+  have=$(openssl x509 -in "$1" -noout -ext subjectAltName 2>/dev/null | tail -n +2 | sed 's/IP Address:/IP:/g; s/ //g')
+  IFS=, read -ra want <<<"$2"
+  for w in "${want[@]}"; do
+    [[ ,$have, == *,"$w",* ]] || return 1
+  done
+}
+
 # sign NAME CN [O] [SANs]: a key and a certificate signed by the CA; with
-# SANs it is also a serving certificate.
+# SANs it is also a serving certificate. An existing certificate is kept
+# unless it lacks one of the SANs.
 sign() {
   local name=$1 cn=$2 o=${3:-} san=${4:-} subj
-  [[ -f $name.crt ]] && return
+  if [[ -f $name.crt ]] && { [[ -z $san ]] || has_sans "$name.crt" "$san"; }; then
+    return
+  fi
   subj="/CN=$cn"
   [[ -n $o ]] && subj="/O=$o$subj"
   openssl req -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "$subj" 2>/dev/null
@@ -34,7 +48,7 @@ if [[ ! -f ca.crt ]]; then
     -subj /CN=opensandbox-k8s-ca 2>/dev/null
 fi
 sign apiserver kube-apiserver "" \
-  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP"
 sign admin admin system:masters
 sign apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
 sign kubelet "system:node:$NODE_NAME" system:nodes
