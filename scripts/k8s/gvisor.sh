@@ -38,7 +38,7 @@ if [[ -x $BIN_DIR/$SHIM && "$(cat "$BIN_DIR/.$SHIM.version" 2>/dev/null)" == "$S
   log "$SHIM $GVISOR_VERSION cached"
   exit 0
 fi
-log "building $SHIM $GVISOR_VERSION with $GVISOR_GO (about 30 s cold)"
+log "building $SHIM $GVISOR_VERSION with $GVISOR_GO (about 1 min cold)"
 mkdir -p "$BIN_DIR" "$BUILD_DIR"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=$GVISOR_GO CGO_ENABLED=0
 cd "$BUILD_DIR"
