@@ -285,6 +285,7 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 	for time.Now().Before(deadline) && r.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(r.ctx, time.Second)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set(sandbox.HeaderExecdToken, r.token(id))
 		resp, err := r.httpc.Do(req)
 		cancel()
 		if err == nil {
