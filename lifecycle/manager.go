@@ -89,9 +89,30 @@ func (m *Manager) Run(ctx context.Context) {
 // expire deletes every sandbox whose expiry has passed, and reports the
 // sweep to the Observer.
 func (m *Manager) expire(ctx context.Context) {
+	if !m.leading() {
+		return
+	}
 	start := time.Now()
 	err := m.expireAll(ctx)
 	m.cfg.Observer.Reconciled(sandbox.LoopExpiry, time.Since(start), err)
+}
+
+// leading reports whether this server keeps house: always, unless the
+// runtime is shared by replicas that elect one.
+func (m *Manager) leading() bool {
+	e, ok := m.rt.(sandbox.Elected)
+	return !ok || e.Leading()
+}
+
+// unsupported is the 501 for an operation the runtime lacks, with the
+// runtime's own reason when it gives one.
+func (m *Manager) unsupported(op, code, generic string) error {
+	if l, ok := m.rt.(sandbox.Limited); ok {
+		if why := l.Unsupported(op); why != "" {
+			return sandbox.Coded(sandbox.ErrNotImplemented, code, why)
+		}
+	}
+	return sandbox.Coded(sandbox.ErrNotImplemented, code, generic)
 }
 
 // expireAll is one expiry sweep. It logs each failure, and returns the
@@ -125,7 +146,7 @@ func (m *Manager) expireAll(ctx context.Context) error {
 
 func (m *Manager) housekeeping(ctx context.Context) {
 	rc, ok := m.rt.(sandbox.Reconciler)
-	if !ok {
+	if !ok || !m.leading() {
 		return
 	}
 	if err := rc.Reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -225,7 +246,7 @@ func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.
 func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
 	p, ok := m.rt.(sandbox.Pauser)
 	if !ok {
-		return sandbox.Coded(sandbox.ErrNotImplemented, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot pause sandboxes")
+		return m.unsupported(sandbox.OpPause, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot pause sandboxes")
 	}
 	return p.Pause(ctx, id)
 }
@@ -234,7 +255,7 @@ func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
 func (m *Manager) Resume(ctx context.Context, id sandbox.ID) error {
 	p, ok := m.rt.(sandbox.Pauser)
 	if !ok {
-		return sandbox.Coded(sandbox.ErrNotImplemented, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot resume sandboxes")
+		return m.unsupported(sandbox.OpPause, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot resume sandboxes")
 	}
 	return p.Resume(ctx, id)
 }
@@ -244,7 +265,7 @@ func (m *Manager) Resume(ctx context.Context, id sandbox.ID) error {
 func (m *Manager) Snapshotter() (sandbox.Snapshotter, error) {
 	sn, ok := m.rt.(sandbox.Snapshotter)
 	if !ok {
-		return nil, sandbox.Coded(sandbox.ErrNotImplemented, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot take snapshots")
+		return nil, m.unsupported(sandbox.OpSnapshot, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot take snapshots")
 	}
 	return sn, nil
 }

@@ -129,3 +129,23 @@ type Snapshot struct {
 	Since     time.Time
 	CreatedAt time.Time
 }
+
+// Elected is a runtime shared by several servers (replicas) that elect
+// one of them to keep house. The lifecycle manager enforces expiry and
+// runs Reconcile only while Leading reports true.
+type Elected interface {
+	Leading() bool
+}
+
+// Optional operations a runtime may lack, for Limited.
+const (
+	OpPause    = "pause"
+	OpSnapshot = "snapshot"
+)
+
+// Limited is a runtime that says why it lacks an optional operation
+// (OpPause, OpSnapshot): the message of the 501 the API answers.
+type Limited interface {
+	// Unsupported returns the reason, or "" to use a generic message.
+	Unsupported(op string) string
+}

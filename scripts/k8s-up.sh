@@ -50,6 +50,7 @@ fi
 missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
+command -v runsc >/dev/null || missing+=(runsc)
 [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v openssl >/dev/null || missing+=(openssl)
@@ -66,6 +67,7 @@ for img in $K8S_IMAGES; do
 done
 
 "$K8S_ROOT/scripts/k8s/build.sh"
+"$K8S_ROOT/scripts/k8s/gvisor.sh"
 "$K8S_ROOT/scripts/k8s/pause.sh"
 
 # --- control plane -----------------------------------------------------------
@@ -154,6 +156,23 @@ cat >"$DATA/cni/net.d/10-bridge.conflist" <<JSON
 }
 JSON
 
+# runsc (gVisor) for pods of RuntimeClass gvisor, with the shim built by
+# scripts/k8s/gvisor.sh. network=host as for Docker: the sandbox uses the
+# host kernel's network stack inside the pod's network namespace (gVisor's own
+# netstack is not used). RUNSC_DEBUG=1 writes runsc's debug logs to
+# logs/runsc/<container id>/.
+cat >"$DATA/runsc.toml" <<TOML
+binary_name = "$(command -v runsc)"
+root = "$CTRD_STATE/runsc"
+[runsc_config]
+  network = "host"
+TOML
+if [[ ${RUNSC_DEBUG:-0} == 1 ]]; then
+  mkdir -p "$DATA/logs/runsc"
+  sed -i "1i log_level = \"debug\"\nlog_path = \"$DATA/logs/runsc/%ID%/shim.log\"" "$DATA/runsc.toml"
+  printf '  debug = "true"\n  debug-log = "%s/logs/runsc/%%ID%%/"\n' "$DATA" >>"$DATA/runsc.toml"
+fi
+
 # restrict_oom_score_adj: this kind of VM lacks CAP_SYS_RESOURCE, and runc
 # fails to start the pause container with the -998 the kubelet asks for.
 cat >"$DATA/containerd.toml" <<TOML
@@ -175,11 +194,18 @@ state = "$CTRD_STATE"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$CTRD_STATE/runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$DATA/runsc.toml"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DATA/cni/net.d"
 TOML
-start containerd containerd --config "$DATA/containerd.toml"
+# containerd 1.6 finds a shim on its PATH only (it ignores runtime_path), so
+# .k8s/bin, which holds containerd-shim-runsc-v1, goes first.
+start containerd env PATH="$BIN:$PATH" containerd --config "$DATA/containerd.toml"
 wait_for 30 containerd ctr_ version || fail containerd "did not answer within 30 s"
 
 # Import the local images; one imported before is skipped (the containerd
@@ -232,6 +258,12 @@ wait_for 30 kube-proxy curl -fs http://127.0.0.1:10256/healthz ||
 # Pods can be created once the service account controller made `default`.
 wait_for 60 "default service account" kubectl_ -n default get serviceaccount default ||
   fail kube-controller-manager "did not create the default service account within 60 s"
+kubectl_ apply -f - >/dev/null <<YAML || die "could not create the RuntimeClass gvisor"
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gvisor}
+handler: runsc
+YAML
 
 cp "$DATA/admin.kubeconfig" "$KUBECONFIG_OUT"
 log "node $NODE_NAME is Ready after $((SECONDS - start_time)) s"

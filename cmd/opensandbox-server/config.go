@@ -17,6 +17,7 @@ import (
 	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
+	"github.com/opensandbox/opensandbox/runtime/kubernetes"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -82,8 +83,9 @@ type serverConfig struct {
 }
 
 type runtimeConfig struct {
-	Type   string        `toml:"type"`
-	Docker docker.Config `toml:"docker"`
+	Type       string            `toml:"type"`
+	Docker     docker.Config     `toml:"docker"`
+	Kubernetes kubernetes.Config `toml:"kubernetes"`
 }
 
 // envAPIKey overrides the configured API key.
@@ -114,7 +116,7 @@ func findConfig(flag string) (string, error) {
 func loadConfig(path string, insecure bool) (*fileConfig, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no configuration at %s; write one with:\n  opensandbox-server init-config %s --example docker", path, path)
+		return nil, fmt.Errorf("no configuration at %s; write one with:\n  opensandbox-server init-config %s --example docker   (or --example kubernetes)", path, path)
 	}
 	if err != nil {
 		return nil, err
@@ -148,7 +150,7 @@ func loadConfig(path string, insecure bool) (*fileConfig, error) {
 }
 
 func (c *fileConfig) setDefaults() {
-	if c.Runtime.Docker.DataDir == "" {
+	if c.Runtime.Docker.DataDir == "" && c.Runtime.Type != "kubernetes" {
 		c.Runtime.Docker.DataDir = docker.DefaultConfig().DataDir
 	}
 	s := &c.Server
@@ -213,9 +215,12 @@ func (c *fileConfig) validate() error {
 	switch c.Runtime.Type {
 	case "docker":
 	case "kubernetes":
-		return errors.New(`runtime.type: "kubernetes" is not available in this build yet`)
+		k := c.Runtime.Kubernetes
+		if err := k.Check(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("runtime.type: %q is not docker", c.Runtime.Type)
+		return fmt.Errorf("runtime.type: %q is not docker or kubernetes", c.Runtime.Type)
 	}
 	return nil
 }
@@ -234,9 +239,9 @@ func genKey() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// exampleDocker is the commented configuration init-config writes for the
-// Docker runtime. {{KEY}} is replaced by a fresh API key.
-const exampleDocker = `# OpenSandbox server configuration. Every key is described in
+// exampleServer is the part of every example configuration before the
+// runtime table. {{KEY}} is replaced by a fresh API key.
+const exampleServer = `# OpenSandbox server configuration. Every key is described in
 # docs/configuration.md. Start the server with:
 #   opensandbox-server --config THIS_FILE
 version = 1
@@ -274,7 +279,28 @@ log_format = "text"
 # it to anyone who reaches the listen address.
 metrics_auth = true
 
-[runtime]
+`
+
+// examplePools closes every example configuration.
+const examplePools = `# Warm pools: sandboxes started ahead of time, so that a create takes
+# milliseconds. A create with extensions.poolRef = "NAME" claims from the
+# pool; a create whose image and resource limits match a pool's claims from
+# it too. Pools can also be managed at run time through /v1/pools.
+# [[pools]]
+# name = "python"
+# image = "opensandbox/python:3.11"
+# entrypoint = ["tail", "-f", "/dev/null"]   # started when a sandbox is claimed
+# env = { }
+# resource_limits = { cpu = "1", memory = "2Gi" }
+# buffer_min = 2      # refill when fewer are ready...
+# buffer_max = 4      # ...up to this many ready
+# pool_min = 0        # the pool's sandboxes, handed out ones included
+# pool_max = 50
+`
+
+// exampleDocker is the commented configuration init-config writes for the
+// Docker runtime.
+const exampleDocker = exampleServer + `[runtime]
 type = "docker"
 
 [runtime.docker]
@@ -319,21 +345,54 @@ block_metadata = true
 # Further IPv4 ranges sandboxes may not reach, e.g. ["10.0.0.0/8"].
 blocked_cidrs = []
 
-# Warm pools: sandboxes started ahead of time, so that a create takes
-# milliseconds. A create with extensions.poolRef = "NAME" claims from the
-# pool; a create whose image and resource limits match a pool's claims from
-# it too. Pools can also be managed at run time through /v1/pools.
-# [[pools]]
-# name = "python"
-# image = "opensandbox/python:3.11"
-# entrypoint = ["tail", "-f", "/dev/null"]   # started when a sandbox is claimed
-# env = { }
-# resource_limits = { cpu = "1", memory = "2Gi" }
-# buffer_min = 2      # refill when fewer are ready...
-# buffer_max = 4      # ...up to this many ready
-# pool_min = 0        # the pool's sandboxes, handed out ones included
-# pool_max = 50
-`
+` + examplePools
+
+// exampleKubernetes is the commented configuration init-config writes for
+// the Kubernetes runtime.
+const exampleKubernetes = exampleServer + `[runtime]
+type = "kubernetes"
+
+[runtime.kubernetes]
+# Cluster access; empty: KUBECONFIG, else ~/.kube/config, else the pod's
+# service account when the server runs in the cluster.
+kubeconfig = ""
+# Namespace of the sandboxes' pods; empty: the server's own namespace in a
+# cluster, else the kubeconfig context's, else "default".
+namespace = ""
+# Image whose /execd an init container copies into every sandbox pod.
+execd_image = "opensandbox/execd:latest"
+# Pull policy of sandbox images: IfNotPresent, Always or Never.
+image_pull_policy = "IfNotPresent"
+# RuntimeClass of sandbox pods ("" for the cluster's default, e.g.
+# "gvisor"); a sandbox may ask for one of allowed_runtime_classes with the
+# extension "kubernetes.runtimeClassName".
+runtime_class_name = ""
+allowed_runtime_classes = []
+# Service account of sandbox pods; empty: no account token is mounted.
+service_account = ""
+# A Pod manifest (YAML) sandbox pods start from: node selector,
+# tolerations, affinity, priority class, image pull secrets, DNS...
+pod_template_file = ""
+# Limits of a sandbox that asks for none; empty: unlimited.
+default_cpu = "1"
+default_memory = "2Gi"
+# What the scheduler reserves for each sandbox (at most its limits).
+cpu_request = "100m"
+memory_request = "128Mi"
+# Tells this server's objects from other servers' in the namespace.
+label_scope = "default"
+# The Lease by which replicas elect the one that enforces expiry, removes
+# orphans and fills the pools (default "opensandbox-" + label_scope), and
+# its timing.
+lease_name = ""
+lease_duration = "8s"
+renew_deadline = "5s"
+retry_period = "1s"
+# How long a sandbox may stay Pending (image pull included) before it is
+# reported Failed.
+start_timeout = "10m"
+
+` + examplePools
 
 // writeExample writes the example configuration for runtime to path, with
 // a fresh API key, readable by its owner only. It refuses to overwrite a
@@ -343,8 +402,10 @@ func writeExample(path, runtime string, force bool) error {
 	switch runtime {
 	case "docker":
 		text = exampleDocker
+	case "kubernetes":
+		text = exampleKubernetes
 	default:
-		return fmt.Errorf("--example %q: available examples: docker", runtime)
+		return fmt.Errorf("--example %q: available examples: docker, kubernetes", runtime)
 	}
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if force {

@@ -67,7 +67,7 @@ The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
 			return nil
 		},
 	}
-	initConfig.Flags().StringVar(&example, "example", "docker", "which example: docker")
+	initConfig.Flags().StringVar(&example, "example", "docker", "which example: docker or kubernetes")
 	initConfig.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
 
 	genKeyCmd := &cobra.Command{

@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
+	"github.com/opensandbox/opensandbox/runtime/kubernetes"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -75,17 +77,26 @@ func (m *Main) Run(ctx context.Context) error {
 			return fmt.Errorf("docker runtime: %w", err)
 		}
 		rt = drt
+	case "kubernetes":
+		kcfg := cfg.Runtime.Kubernetes
+		kcfg.Observer = metrics
+		krt, err := kubernetes.New(kcfg, log)
+		if err != nil {
+			return fmt.Errorf("kubernetes runtime: %w", err)
+		}
+		rt = krt
 	}
 	defer rt.Close()
 	if err := syncPools(ctx, rt, cfg.Pools, log); err != nil {
 		return err
 	}
 
-	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log, Observer: metrics})
+	runtimeName := strings.ToUpper(cfg.Runtime.Type)
+	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log, Observer: metrics, RuntimeName: runtimeName})
 	srv, err := lifecycle.New(mgr, lifecycle.Config{
 		APIKey:            cfg.Server.APIKey,
 		Insecure:          cfg.Server.Insecure,
-		RuntimeName:       "DOCKER",
+		RuntimeName:       runtimeName,
 		PublicAddress:     cfg.Server.PublicAddress,
 		MaxTimeout:        cfg.Server.MaxSandboxTimeout,
 		MinTimeout:        cfg.Server.MinSandboxTimeout,
@@ -160,10 +171,13 @@ func syncPools(ctx context.Context, rt sandbox.Runtime, pools []poolConfig, log 
 		want[def.Name] = true
 		if _, err := p.GetPool(ctx, def.Name); errors.Is(err, sandbox.ErrNotFound) {
 			_, err = p.CreatePool(ctx, def)
-			if err != nil {
+			if err == nil {
+				continue
+			}
+			// Another replica of the server created it meanwhile: update it.
+			if !errors.Is(err, sandbox.ErrConflict) {
 				return fmt.Errorf("pool %s: %w", def.Name, err)
 			}
-			continue
 		}
 		if _, err := p.UpdatePool(ctx, def); err != nil {
 			return fmt.Errorf("pool %s: %w", def.Name, err)

@@ -1,0 +1,633 @@
+// Package kubernetes is the Kubernetes runtime: one Pod per sandbox, with
+// execd copied into it by an init container and run as its main process,
+// the sandbox's token in a Secret, and everything the runtime knows in the
+// pod's labels and annotations. The server keeps nothing of its own, so
+// any number of replicas can serve the API at once; the one holding a
+// Lease enforces expiry, removes orphans and fills the warm pools.
+//
+// Reads are served from informers (one watch per kind of object, never a
+// call per sandbox); writes go to the API server, and a small overlay lets
+// a replica read its own writes before its informer delivers them.
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+var (
+	_ sandbox.Runtime    = (*Runtime)(nil)
+	_ sandbox.Diagnoser  = (*Runtime)(nil)
+	_ sandbox.Reconciler = (*Runtime)(nil)
+	_ sandbox.Elected    = (*Runtime)(nil)
+	_ sandbox.Limited    = (*Runtime)(nil)
+)
+
+// Runtime runs sandboxes as pods of one namespace.
+type Runtime struct {
+	cfg Config
+	ns  string
+	log *slog.Logger
+	cs  kubernetes.Interface
+
+	factory  informers.SharedInformerFactory
+	pods     listerscorev1.PodNamespaceLister
+	secrets  listerscorev1.SecretNamespaceLister
+	poolDefs listerscorev1.ConfigMapNamespaceLister
+	podWrite *overlay[*corev1.Pod]
+	secWrite *overlay[*corev1.Secret]
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	leading atomic.Bool
+	// probe is execd's readiness as this replica saw it, by pod UID:
+	// probing while a probe runs, up once execd answered.
+	mu    sync.Mutex
+	probe map[types.UID]probeState
+	// starts holds when this replica created a sandbox that is not
+	// Running yet, for the Observer.
+	starts map[sandbox.ID]time.Time
+	pools  poolCounters
+
+	poolWake chan struct{}
+	httpc    *http.Client
+}
+
+type probeState int
+
+const (
+	probing probeState = iota + 1
+	up
+)
+
+// New connects to the cluster, fills the runtime's informers, and starts
+// taking part in the election of the replica that keeps house.
+func New(cfg Config, logger *slog.Logger) (*Runtime, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if cfg.Kubeconfig != "" {
+		rules.ExplicitPath = cfg.Kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	rest, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration (kubeconfig, KUBECONFIG or in-cluster): %w", err)
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, fmt.Errorf("kubernetes namespace: %w", err)
+		}
+	}
+	// Creates come in bursts (a pool refill, many agents at once); the
+	// client's default of 5 requests a second would queue them.
+	rest.QPS, rest.Burst = 200, 400
+	rest.UserAgent = "opensandbox-server"
+	cs, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return newRuntime(cfg, cs, ns, logger)
+}
+
+func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Logger) (*Runtime, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Runtime{
+		cfg: cfg, ns: ns, cs: cs,
+		log:      logger.With("runtime", "kubernetes", "namespace", ns),
+		podWrite: newOverlay[*corev1.Pod](),
+		secWrite: newOverlay[*corev1.Secret](),
+		ctx:      ctx, cancel: cancel,
+		probe:    map[types.UID]probeState{},
+		starts:   map[sandbox.ID]time.Time{},
+		pools:    poolCounters{byName: map[string]*poolCount{}},
+		poolWake: make(chan struct{}, 1),
+		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
+			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}},
+	}
+	selector := labels.SelectorFromSet(labels.Set{labelScope: cfg.LabelScope}).String()
+	r.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	podInf := r.factory.Core().V1().Pods()
+	secInf := r.factory.Core().V1().Secrets()
+	cmInf := r.factory.Core().V1().ConfigMaps()
+	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), secInf.Informer(), cmInf.Informer()} {
+		if err := inf.SetTransform(stripManagedFields); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.podSeen(obj) },
+		UpdateFunc: func(_, obj any) { r.podSeen(obj) },
+		DeleteFunc: r.podGone,
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	if _, err := secInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.secretSeen(obj) },
+		UpdateFunc: func(_, obj any) { r.secretSeen(obj) },
+		DeleteFunc: func(obj any) {
+			if s, ok := unwrapTombstone(obj).(*corev1.Secret); ok {
+				r.secWrite.gone(s.Name)
+			}
+		},
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	r.pods = podInf.Lister().Pods(ns)
+	r.secrets = secInf.Lister().Secrets(ns)
+	r.poolDefs = cmInf.Lister().ConfigMaps(ns)
+	r.factory.Start(ctx.Done())
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	for typ, ok := range r.factory.WaitForCacheSync(syncCtx.Done()) {
+		if !ok {
+			cancel()
+			r.factory.Shutdown()
+			return nil, fmt.Errorf("watch %v in namespace %s: %w (is the API server reachable, and may this server list and watch pods, secrets and configmaps there?)",
+				typ, ns, sandbox.ErrUnavailable)
+		}
+	}
+	r.wg.Add(2)
+	go r.elect()
+	go r.janitor()
+	r.log.Info("kubernetes runtime ready", "identity", r.cfg.Identity)
+	return r, nil
+}
+
+// stripManagedFields keeps the informers' copies small.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func unwrapTombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// Close stops the runtime's informers and loops, and gives up the lease;
+// sandboxes keep running.
+func (r *Runtime) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	r.factory.Shutdown()
+	r.httpc.CloseIdleConnections()
+	return nil
+}
+
+// Namespace returns the namespace the runtime works in.
+func (r *Runtime) Namespace() string { return r.ns }
+
+// Leading reports whether this replica holds the lease: only then does the
+// lifecycle manager enforce expiry and run housekeeping.
+func (r *Runtime) Leading() bool { return r.leading.Load() }
+
+// Unsupported says why the runtime has no pause and no snapshots.
+func (r *Runtime) Unsupported(op string) string {
+	switch op {
+	case sandbox.OpPause:
+		return "the kubernetes runtime cannot pause sandboxes: Kubernetes has no way to freeze a pod with its processes and memory (the container runtime interface offers no pause); delete the sandbox, or keep it running with a longer timeout"
+	case sandbox.OpSnapshot:
+		return "the kubernetes runtime cannot take snapshots: Kubernetes cannot commit a running container to an image; keep data that must outlive a sandbox on a volume (a PersistentVolumeClaim)"
+	}
+	return ""
+}
+
+// podSeen is the pod informer's add and update handler.
+func (r *Runtime) podSeen(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	r.podWrite.seen(pod)
+	if pod.Labels[labelWarm] != "" {
+		r.wakePools()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := sandbox.ID(pod.Labels[labelID])
+	ready := podIsReady(pod) || r.probe[pod.UID] == up
+	if start, ok := r.starts[id]; ok && ready {
+		delete(r.starts, id)
+		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+	}
+	if !ready && podStarted(pod) && r.probe[pod.UID] == 0 && pod.DeletionTimestamp == nil {
+		r.probe[pod.UID] = probing
+		r.wg.Add(1)
+		go r.probeExecd(pod.UID, id, pod.Status.PodIP)
+	}
+}
+
+// podGone is the pod informer's delete handler.
+func (r *Runtime) podGone(obj any) {
+	pod, ok := unwrapTombstone(obj).(*corev1.Pod)
+	if !ok {
+		return
+	}
+	r.podWrite.gone(pod.Name)
+	r.mu.Lock()
+	delete(r.probe, pod.UID)
+	delete(r.starts, sandbox.ID(pod.Labels[labelID]))
+	r.mu.Unlock()
+	r.wakePools()
+}
+
+func (r *Runtime) secretSeen(obj any) {
+	if s, ok := obj.(*corev1.Secret); ok {
+		r.secWrite.seen(s)
+	}
+}
+
+// probeExecd asks a started pod's execd for /ping until it answers, so
+// that the sandbox is Running at once instead of at the kubelet's next
+// readiness probe.
+func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
+	defer r.wg.Done()
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/ping"
+	deadline := time.Now().Add(r.cfg.StartTimeout)
+	for time.Now().Before(deadline) && r.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := r.httpc.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				r.mu.Lock()
+				if _, known := r.probe[uid]; known {
+					r.probe[uid] = up
+				}
+				if start, ok := r.starts[id]; ok {
+					delete(r.starts, id)
+					r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+				}
+				r.mu.Unlock()
+				return
+			}
+		}
+		r.mu.Lock()
+		_, known := r.probe[uid]
+		r.mu.Unlock()
+		if !known {
+			return // the pod is gone
+		}
+		select {
+		case <-r.ctx.Done():
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// janitor drops stale overlay entries.
+func (r *Runtime) janitor() {
+	defer r.wg.Done()
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case now := <-t.C:
+			r.podWrite.expire(now)
+			r.secWrite.expire(now)
+		}
+	}
+}
+
+// pod returns the freshest pod of id this replica knows, or nil when it
+// does not exist or is being deleted.
+func (r *Runtime) pod(id sandbox.ID) *corev1.Pod {
+	name := podName(id)
+	cached, err := r.pods.Get(name)
+	pod, ok := r.podWrite.resolve(name, cached, err == nil)
+	if !ok || pod.DeletionTimestamp != nil || pod.Labels[labelScope] != r.cfg.LabelScope {
+		return nil
+	}
+	return pod
+}
+
+// sandboxPod is pod for a sandbox a user may see: warm pods not handed
+// out are the pools' own.
+func (r *Runtime) sandboxPod(id sandbox.ID) (*corev1.Pod, error) {
+	pod := r.pod(id)
+	if pod == nil || pod.Labels[labelWarm] != "" {
+		return nil, notFound(id)
+	}
+	return pod, nil
+}
+
+func notFound(id sandbox.ID) error {
+	return sandbox.Coded(sandbox.ErrNotFound, "SANDBOX::NOT_FOUND", fmt.Sprintf("sandbox %s not found", id))
+}
+
+// token returns the sandbox's execd token.
+func (r *Runtime) token(id sandbox.ID) string {
+	name := podName(id)
+	cached, err := r.secrets.Get(name)
+	s, ok := r.secWrite.resolve(name, cached, err == nil)
+	if !ok {
+		return ""
+	}
+	return string(s.Data[secretKey])
+}
+
+func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
+	r.mu.Lock()
+	isUp := r.probe[pod.UID] == up
+	r.mu.Unlock()
+	return sandboxFrom(pod, isUp, time.Now(), r.cfg.StartTimeout)
+}
+
+// Get returns a sandbox from the informer's cache.
+func (r *Runtime) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
+	pod, err := r.sandboxPod(id)
+	if err != nil {
+		return nil, err
+	}
+	return r.view(pod), nil
+}
+
+// List returns every sandbox from the informer's cache.
+func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	cached, err := r.pods.List(labels.SelectorFromSet(labels.Set{labelKind: kindSandbox}))
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[string]bool, len(cached))
+	out := make([]*sandbox.Sandbox, 0, len(cached))
+	add := func(pod *corev1.Pod) {
+		if pod.DeletionTimestamp == nil && pod.Labels[labelWarm] == "" && pod.Labels[labelKind] == kindSandbox {
+			out = append(out, r.view(pod))
+		}
+	}
+	for _, c := range cached {
+		have[c.Name] = true
+		if pod, ok := r.podWrite.resolve(c.Name, c, true); ok {
+			add(pod)
+		}
+	}
+	for _, pod := range r.podWrite.extra(func(name string) bool { return have[name] }) {
+		add(pod)
+	}
+	return out, nil
+}
+
+// Create makes the sandbox's Secret and Pod. The pod starts in the
+// background; Get reports Running once its execd answers.
+func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	if r.pod(id) != nil {
+		return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+	}
+	now := time.Now().UTC()
+	pod, err := podFor(&r.cfg, r.ns, id, &spec, now, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	owned, err := r.makeClaims(ctx, id, spec.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	if len(owned) > 0 {
+		setJSON(pod.Annotations, annOwnedClaims, owned)
+	}
+	r.mu.Lock()
+	r.starts[id] = time.Now()
+	r.mu.Unlock()
+	created, err := r.createPod(ctx, id, pod, newToken())
+	if err != nil {
+		r.mu.Lock()
+		delete(r.starts, id)
+		r.mu.Unlock()
+		r.deleteClaims(context.WithoutCancel(ctx), owned)
+		return nil, err
+	}
+	r.log.Info("sandbox created", "sandbox", id, "image", spec.Image)
+	return r.view(created), nil
+}
+
+// createPod creates the token Secret and then the pod; a pod that cannot
+// be created takes its Secret with it.
+func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod, token string) (*corev1.Pod, error) {
+	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token), metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+		}
+		return nil, apiError("create the sandbox's token secret", err)
+	}
+	r.secWrite.wrote(sec)
+	created, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if derr := r.cs.CoreV1().Secrets(r.ns).Delete(context.WithoutCancel(ctx), sec.Name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+			r.log.Warn("remove the token secret of a pod that could not be created", "sandbox", id, "err", derr)
+		}
+		r.secWrite.removed(sec.Name)
+		if apierrors.IsAlreadyExists(err) {
+			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+		}
+		return nil, apiError("create the sandbox's pod", err)
+	}
+	r.podWrite.wrote(created)
+	return created, nil
+}
+
+// apiError classifies an API server error.
+func apiError(doing string, err error) error {
+	var kind error
+	switch {
+	case apierrors.IsNotFound(err):
+		kind = sandbox.ErrNotFound
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		kind = sandbox.ErrConflict
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("%s: the cluster refused it: %v", doing, err))
+	case apierrors.IsForbidden(err):
+		// A quota, an admission policy, or missing permissions.
+		return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::FORBIDDEN", fmt.Sprintf("%s: %v", doing, err))
+	default:
+		kind = sandbox.ErrUnavailable
+	}
+	return fmt.Errorf("%s: %v: %w", doing, err, kind)
+}
+
+// Delete removes the sandbox's pod, its Secret and the volumes made for
+// it.
+func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
+	pod, err := r.sandboxPod(id)
+	if err != nil {
+		return err
+	}
+	return r.remove(ctx, pod)
+}
+
+// remove deletes a pod and what belongs to it.
+func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod) error {
+	id := sandbox.ID(pod.Labels[labelID])
+	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	switch {
+	case err == nil:
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone already, or replaced by a pod of the same name: not ours.
+		r.podWrite.removed(pod.Name)
+		return notFound(id)
+	default:
+		return apiError("delete the sandbox's pod", err)
+	}
+	r.podWrite.removed(pod.Name)
+	r.mu.Lock()
+	delete(r.starts, id)
+	r.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	if err := r.cs.CoreV1().Secrets(r.ns).Delete(bg, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		// The reconciler removes it later.
+		r.log.Warn("delete the sandbox's token secret", "sandbox", id, "err", err)
+	}
+	r.secWrite.removed(pod.Name)
+	var owned []string
+	if ownedJSON := pod.Annotations[annOwnedClaims]; ownedJSON != "" {
+		if err := jsonUnmarshal(ownedJSON, &owned); err == nil {
+			r.deleteClaims(bg, owned)
+		}
+	}
+	r.log.Info("sandbox deleted", "sandbox", id)
+	return nil
+}
+
+// updatePod applies change to the sandbox's pod, retrying on conflicts
+// with the API server's latest version.
+func (r *Runtime) updatePod(ctx context.Context, id sandbox.ID, change func(*corev1.Pod)) (*corev1.Pod, error) {
+	pod, err := r.sandboxPod(id)
+	if err != nil {
+		return nil, err
+	}
+	var out *corev1.Pod
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := pod.DeepCopy()
+		change(p)
+		updated, err := r.cs.CoreV1().Pods(r.ns).Update(ctx, p, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if latest, gerr := r.cs.CoreV1().Pods(r.ns).Get(ctx, pod.Name, metav1.GetOptions{}); gerr == nil {
+				pod = latest
+			}
+		}
+		out = updated
+		return err
+	})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, notFound(id)
+		}
+		return nil, apiError("update the sandbox's pod", err)
+	}
+	r.podWrite.wrote(out)
+	return out, nil
+}
+
+// SetExpiry records the expiry in the pod's annotations.
+func (r *Runtime) SetExpiry(ctx context.Context, id sandbox.ID, at *time.Time) error {
+	_, err := r.updatePod(ctx, id, func(p *corev1.Pod) {
+		if at == nil {
+			delete(p.Annotations, annExpires)
+		} else {
+			p.Annotations[annExpires] = at.UTC().Format(time.RFC3339Nano)
+		}
+	})
+	return err
+}
+
+// PatchMetadata merges patch into the metadata annotation and its label
+// mirror.
+func (r *Runtime) PatchMetadata(ctx context.Context, id sandbox.ID, patch map[string]*string) (*sandbox.Sandbox, error) {
+	pod, err := r.updatePod(ctx, id, func(p *corev1.Pod) {
+		md := map[string]string{}
+		jsonUnmarshal(p.Annotations[annMetadata], &md)
+		if md == nil {
+			md = map[string]string{}
+		}
+		for k, v := range patch {
+			if v == nil {
+				delete(md, k)
+			} else {
+				md[k] = *v
+			}
+		}
+		setJSON(p.Annotations, annMetadata, md)
+		setMetadataLabels(p.Labels, md)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.view(pod), nil
+}
+
+// Endpoint returns the pod's address for port, waiting (within ctx) until
+// the pod has one. Pod addresses must be routable from the clients;
+// where they are not, clients use the server proxy.
+func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
+	if port < 1 || port > 65535 {
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::INVALID_PORT", fmt.Sprintf("port %d is not in 1..65535", port))
+	}
+	var pod *corev1.Pod
+	for {
+		var err error
+		if pod, err = r.sandboxPod(id); err != nil {
+			return sandbox.Endpoint{}, err
+		}
+		if pod.Status.PodIP != "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return sandbox.Endpoint{}, fmt.Errorf("sandbox %s has no address yet (%s): %w", id, r.view(pod).Status.Reason, sandbox.ErrUnavailable)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	ip := pod.Status.PodIP
+	execd := net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd))
+	headers := map[string]string{sandbox.HeaderExecdToken: r.token(id)}
+	switch {
+	case port == sandbox.PortExecd:
+		return sandbox.Endpoint{Address: execd, Headers: headers}, nil
+	case pod.Annotations[annSecure] == "true":
+		// Every port goes through execd's proxy, which wants the token.
+		return sandbox.Endpoint{Address: execd + "/proxy/" + strconv.Itoa(port), Headers: headers}, nil
+	}
+	return sandbox.Endpoint{Address: net.JoinHostPort(ip, strconv.Itoa(port))}, nil
+}

@@ -1,0 +1,373 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opensandbox/opensandbox/lifecycle"
+	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+func TestConformance(t *testing.T) {
+	env := newTestEnv(t)
+	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime {
+		return env.runtime(t, env.config("conf-"+randomSuffix()))
+	}, runtimetest.Options{
+		Image:        testImage,
+		Entrypoint:   testEntrypoint,
+		MissingImage: missingImage,
+		Reach:        runtimetest.ReachExecd,
+		StartTimeout: 2 * time.Minute,
+	})
+}
+
+// TestNoTokenInPodSpec: the token is only in the Secret; the pod refers
+// to it.
+func TestNoTokenInPodSpec(t *testing.T) {
+	env := newTestEnv(t)
+	rt := env.runtime(t, env.config("token"))
+	id := sandbox.NewID()
+	if _, err := rt.Create(context.Background(), id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint}); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
+	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := ep.Headers[sandbox.HeaderExecdToken]
+	pod, err := env.cs.CoreV1().Pods(env.ns).Get(context.Background(), podName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := pod.Marshal()
+	if len(token) < 32 || strings.Contains(string(raw), token) {
+		t.Fatalf("the pod's spec holds the token %q (or the token is short)", token)
+	}
+	sec, err := env.cs.CoreV1().Secrets(env.ns).Get(context.Background(), podName(id), metav1.GetOptions{})
+	if err != nil || string(sec.Data[secretKey]) != token {
+		t.Fatalf("token secret: %v, %v", sec, err)
+	}
+	// The token works, and a wrong one does not.
+	for tok, want := range map[string]int{token: http.StatusOK, "wrong-token-wrong-token": http.StatusUnauthorized} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+ep.Address+"/files/info?path=/", nil)
+		req.Header.Set(sandbox.HeaderExecdToken, tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("execd with token %q: %s, want %d", tok[:5], resp.Status, want)
+		}
+	}
+	// Deleting the sandbox removes its Secret too.
+	if err := rt.Delete(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.cs.CoreV1().Secrets(env.ns).Get(context.Background(), podName(id), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("token secret after delete: %v", err)
+	}
+}
+
+// TestFailuresHaveReasons: a sandbox no node can hold, and one whose image
+// cannot be pulled, become Failed with the cluster's reason.
+func TestFailuresHaveReasons(t *testing.T) {
+	env := newTestEnv(t)
+	rt := env.runtime(t, env.config("fail"))
+	ctx := context.Background()
+	huge := sandbox.NewID()
+	if _, err := rt.Create(ctx, huge, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint,
+		Resources: sandbox.Resources{CPUMillis: 64000, MemoryBytes: 256 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	missing := sandbox.NewID()
+	if _, err := rt.Create(ctx, missing, sandbox.Spec{Image: missingImage, Entrypoint: testEntrypoint}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[sandbox.ID][2]string{
+		huge:    {"UNSCHEDULABLE", "Insufficient cpu"},
+		missing: {"IMAGE_PULL_FAILED", "127.0.0.1:1"},
+	} {
+		sb := waitFailed(t, rt, id, time.Minute)
+		if sb.Status.Reason != want[0] || !strings.Contains(sb.Status.Message, want[1]) {
+			t.Errorf("sandbox %s: %s: %s; want %s mentioning %q", id, sb.Status.Reason, sb.Status.Message, want[0], want[1])
+		}
+		evs, err := rt.Events(ctx, id)
+		if err != nil || len(evs) < 2 {
+			t.Errorf("events of %s: %v, %v", id, evs, err)
+		}
+	}
+}
+
+func waitFailed(t *testing.T, rt sandbox.Runtime, id sandbox.ID, timeout time.Duration) *sandbox.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		sb, err := rt.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Status.State == sandbox.StateFailed {
+			return sb
+		}
+		if sb.Status.State != sandbox.StatePending || time.Now().After(deadline) {
+			t.Fatalf("sandbox %s is %+v, want Pending then Failed", id, sb.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLeader waits until exactly one of rts leads, and returns it.
+func waitLeader(t *testing.T, timeout time.Duration, rts ...*Runtime) *Runtime {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var leaders []*Runtime
+		for _, rt := range rts {
+			if rt.Leading() {
+				leaders = append(leaders, rt)
+			}
+		}
+		if len(leaders) == 1 {
+			return leaders[0]
+		}
+		if len(leaders) > 1 {
+			t.Fatalf("%d replicas lead at once", len(leaders))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica leads after %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReplicas: two replicas serve the same sandboxes; one leads and
+// enforces expiry; when it goes away the other takes over, and the timers
+// survive.
+func TestReplicas(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config("replicas")
+	a := env.runtime(t, cfg)
+	b := env.runtime(t, cfg)
+	leader := waitLeader(t, 20*time.Second, a, b)
+	follower := a
+	if leader == a {
+		follower = b
+	}
+	// Each replica runs a lifecycle manager, as each server would.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	go lifecycle.NewManager(leader, lifecycle.ManagerConfig{}).Run(leaderCtx)
+	go lifecycle.NewManager(follower, lifecycle.ManagerConfig{}).Run(ctx)
+
+	// Made on one replica, seen and changed on the other.
+	id := sandbox.NewID()
+	exp := time.Now().Add(time.Hour)
+	if _, err := leader.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint, ExpiresAt: &exp}); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, follower, id, sandbox.StateRunning, 2*time.Minute)
+	v := "b"
+	if _, err := follower.PatchMetadata(ctx, id, map[string]*string{"by": &v}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the leader sees the follower's patch", func() bool {
+		sb, err := leader.Get(ctx, id)
+		return err == nil && sb.Metadata["by"] == "b"
+	})
+	// The expiry, set through the follower, is enforced by the leader.
+	soon := time.Now().Add(3 * time.Second)
+	if err := follower.SetExpiry(ctx, id, &soon); err != nil {
+		t.Fatal(err)
+	}
+	// The leader goes away before the sandbox expires; the follower takes
+	// over and deletes it on time.
+	stopLeader()
+	leader.Close()
+	waitLeader(t, 10*time.Second, follower)
+	waitFor(t, 15*time.Second, "the expired sandbox is deleted by the new leader", func() bool {
+		_, err := follower.Get(ctx, id)
+		return errors.Is(err, sandbox.ErrNotFound)
+	})
+	if late := time.Since(soon); late < 0 {
+		t.Fatalf("deleted %v before its expiry", -late)
+	} else {
+		t.Logf("deleted %v after its expiry, across a change of leader", late.Round(time.Millisecond))
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: not yet true: %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPoolAcrossReplicas: 100 creates at once, on two replicas, against a
+// pool of 10 ready pods: exactly 10 are served from the pool, each pod
+// once, each with its own token; the pool then refills.
+func TestPoolAcrossReplicas(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config("pool")
+	a := env.runtime(t, cfg)
+	b := env.runtime(t, cfg)
+	ctx := context.Background()
+	const size = 10
+	def := sandbox.Pool{Name: "busy", Template: sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint},
+		Capacity: sandbox.Capacity{BufferMin: size, BufferMax: size, PoolMin: 0, PoolMax: 3 * size}}
+	if _, err := a.CreatePool(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreatePool(ctx, def); !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("second CreatePool: %v, want ErrConflict", err)
+	}
+	waitFor(t, 3*time.Minute, "the pool holds 10 ready pods on both replicas", func() bool {
+		ia, _ := a.GetPool(ctx, "busy")
+		ib, _ := b.GetPool(ctx, "busy")
+		return ia != nil && ib != nil && ia.Status.Available == size && ib.Status.Available == size
+	})
+	// Creates that could still be served are never missed: the 100
+	// claims are made at once, half on each replica.
+	var mu sync.Mutex
+	got := map[sandbox.ID]int{}
+	empty := 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 100 {
+		rt := a
+		if i%2 == 1 {
+			rt = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			v := "claim"
+			sb, err := rt.Claim(ctx, "busy", sandbox.Spec{Metadata: map[string]string{"by": v}, Env: map[string]string{"CLAIMED": "yes"},
+				Entrypoint: []string{"sleep", "12345"}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				got[sb.ID]++
+			case errors.Is(err, sandbox.ErrPoolEmpty):
+				empty++
+			default:
+				t.Errorf("Claim: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(got) != size || empty != 100-size {
+		t.Fatalf("claims: %d sandboxes handed out, %d empty; want %d and %d", len(got), empty, size, 100-size)
+	}
+	tokens := map[string]bool{}
+	for id, n := range got {
+		if n != 1 {
+			t.Fatalf("sandbox %s handed out %d times", id, n)
+		}
+		sb, err := b.Get(ctx, id)
+		if err != nil || sb.Status.State != sandbox.StateRunning || sb.Metadata["by"] != "claim" || len(sb.Entrypoint) != 2 {
+			t.Fatalf("claimed sandbox %s: %+v, %v", id, sb, err)
+		}
+		ep, err := a.Endpoint(ctx, id, sandbox.PortExecd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := ep.Headers[sandbox.HeaderExecdToken]
+		if tokens[tok] {
+			t.Fatalf("two claimed sandboxes share a token")
+		}
+		tokens[tok] = true
+	}
+	// One claimed sandbox, checked in depth: the user's environment and
+	// entrypoint, the new token only.
+	var one sandbox.ID
+	for id := range got {
+		one = id
+		break
+	}
+	ep, _ := b.Endpoint(ctx, one, sandbox.PortExecd)
+	out := runCommand(t, ep, "echo $CLAIMED; ps")
+	if !strings.Contains(out, "yes") || !strings.Contains(out, "sleep 12345") {
+		t.Fatalf("claimed sandbox: env or entrypoint missing:\n%s", out)
+	}
+	waitFor(t, 3*time.Minute, "the pool refills to 10 ready pods", func() bool {
+		info, _ := b.GetPool(ctx, "busy")
+		return info != nil && info.Status.Available == size && info.Status.Allocated == size
+	})
+	// Deleting the pool removes the waiting pods, not the handed-out ones.
+	if err := b.DeletePool(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "only the handed-out pods are left", func() bool {
+		pods, _ := env.cs.CoreV1().Pods(env.ns).List(ctx, metav1.ListOptions{LabelSelector: labelWarm})
+		live := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				live++
+			}
+		}
+		return live == 0
+	})
+	if _, err := a.Get(ctx, one); err != nil {
+		t.Fatalf("handed-out sandbox after the pool's deletion: %v", err)
+	}
+}
+
+// runCommand runs a shell command through execd and returns its output.
+func runCommand(t *testing.T, ep sandbox.Endpoint, cmd string) string {
+	t.Helper()
+	body := strings.NewReader(`{"command":` + quoteJSON(cmd) + `}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ep.Address+"/command", body)
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("command: %s: %s", resp.Status, b)
+	}
+	return string(b)
+}
+
+func quoteJSON(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case '\n':
+			b.WriteString(`\n`)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

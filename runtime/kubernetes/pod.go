@@ -1,0 +1,528 @@
+package kubernetes
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+// Label keys. Labels select (scope, id, pool, warm); annotations carry
+// the rest of what the runtime knows about a sandbox, so the cluster is
+// the only record and any replica of the server can serve any sandbox.
+const (
+	labelScope = "opensandbox.io/scope"
+	labelID    = "opensandbox.io/id"
+	// labelKind tells a sandbox's pod ("sandbox"), its token Secret
+	// ("token") and a pool's definition ("pool") apart.
+	labelKind = "opensandbox.io/kind"
+	// labelPool names the warm pool a pod was started for; it stays after
+	// the pod is handed out.
+	labelPool = "opensandbox.io/pool"
+	// labelWarm marks a warm pod not handed out yet. A claim removes it,
+	// with the pod's resourceVersion as precondition, so that only one
+	// claim can win.
+	labelWarm = "opensandbox.io/warm"
+	// labelOwner marks a PersistentVolumeClaim made for a sandbox and
+	// deleted with it.
+	labelOwner = "opensandbox.io/volume-owner"
+	// metaLabelPrefix mirrors the sandbox's metadata into labels where
+	// key and value are valid label parts, for kubectl selectors.
+	metaLabelPrefix = "metadata.opensandbox.io/"
+)
+
+// Annotation keys.
+const (
+	annCreated    = "opensandbox.io/created"
+	annImage      = "opensandbox.io/image"
+	annSnapshot   = "opensandbox.io/snapshot"
+	annEntrypoint = "opensandbox.io/entrypoint"
+	annMetadata   = "opensandbox.io/metadata"
+	annExtensions = "opensandbox.io/extensions"
+	annExpires    = "opensandbox.io/expires-at"
+	annSecure     = "opensandbox.io/secure-access"
+	annPlatform   = "opensandbox.io/platform"
+	// annRevision is the revision of the pool template a warm pod was
+	// made from.
+	annRevision = "opensandbox.io/pool-revision"
+	// annHandover is set while a claim hands a warm pod over: the pod is
+	// the claimer's, but its execd has not taken the new token yet. A
+	// handover older than handoverTimeout was interrupted, and the pod is
+	// removed.
+	annHandover = "opensandbox.io/handover"
+)
+
+// Kinds of the runtime's objects.
+const (
+	kindSandbox = "sandbox"
+	kindToken   = "token"
+	kindPool    = "pool"
+)
+
+// Container and volume names of a sandbox pod.
+const (
+	containerSandbox = "sandbox"
+	containerInstall = "install-execd"
+	volumeExecd      = "opensandbox-execd"
+	execdDir         = "/opt/opensandbox/bin"
+	execdInSandbox   = execdDir + "/execd"
+	// envExecdToken carries the token to execd, which moves it out of its
+	// environment at start.
+	envExecdToken = "EXECD_ACCESS_TOKEN"
+	secretKey     = "token"
+)
+
+// defaultCaps is the capability set of a sandbox, as on Docker: what root
+// needs to install packages and run services, without NET_RAW, MKNOD,
+// SETFCAP and AUDIT_WRITE.
+var defaultCaps = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"}
+
+func podName(id sandbox.ID) string { return "osb-" + string(id) }
+
+func newToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func invalid(msg string) error {
+	return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", msg)
+}
+
+// podFor builds the pod of a sandbox. It is pure: the same input gives the
+// same pod. pool names the warm pool the pod is started for, if any: such
+// a pod starts execd without the entrypoint, which a claim brings.
+func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created time.Time, pool string, revision int64) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	if cfg.template != nil {
+		pod.ObjectMeta.Labels = maps.Clone(cfg.template.Labels)
+		pod.ObjectMeta.Annotations = maps.Clone(cfg.template.Annotations)
+		pod.Spec = *cfg.template.Spec.DeepCopy()
+	}
+	pod.Name, pod.Namespace = podName(id), ns
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	maps.Copy(pod.Labels, map[string]string{labelScope: cfg.LabelScope, labelID: string(id), labelKind: kindSandbox})
+	ann := pod.Annotations
+	ann[annCreated] = created.UTC().Format(time.RFC3339Nano)
+	ann[annImage] = spec.Image
+	if spec.SnapshotID != "" {
+		ann[annSnapshot] = spec.SnapshotID
+	}
+	setJSON(ann, annEntrypoint, spec.Entrypoint)
+	setJSON(ann, annMetadata, spec.Metadata)
+	setJSON(ann, annExtensions, spec.Extensions)
+	if spec.ExpiresAt != nil {
+		ann[annExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	ann[annSecure] = strconv.FormatBool(spec.SecureAccess)
+	setMetadataLabels(pod.Labels, spec.Metadata)
+	args := append([]string{"--"}, spec.Entrypoint...)
+	if pool != "" {
+		pod.Labels[labelPool], pod.Labels[labelWarm] = pool, "true"
+		ann[annRevision] = strconv.FormatInt(revision, 10)
+		args = []string{"--claimable", "--"}
+	}
+
+	ps := &pod.Spec
+	ps.RestartPolicy = corev1.RestartPolicyNever
+	ps.ServiceAccountName = cfg.ServiceAccount
+	automount := cfg.ServiceAccount != ""
+	ps.AutomountServiceAccountToken = &automount
+	noLinks := false
+	ps.EnableServiceLinks = &noLinks
+	if ps.TerminationGracePeriodSeconds == nil {
+		grace := int64(10)
+		ps.TerminationGracePeriodSeconds = &grace
+	}
+	ps.RuntimeClassName = nil
+	rc := cfg.RuntimeClassName
+	if r, ok := spec.Extensions[extRuntimeClass]; ok {
+		if !slices.Contains(cfg.AllowedRuntimeClasses, r) {
+			return nil, invalid(fmt.Sprintf("extension %s: RuntimeClass %q is not allowed (allowed: %v)", extRuntimeClass, r, cfg.AllowedRuntimeClasses))
+		}
+		rc = r
+	}
+	if rc != "" {
+		ps.RuntimeClassName = &rc
+	}
+	if p := spec.Platform; p != nil {
+		ann[annPlatform] = p.OS + "/" + p.Arch
+		if ps.NodeSelector == nil {
+			ps.NodeSelector = map[string]string{}
+		}
+		ps.NodeSelector[corev1.LabelOSStable] = p.OS
+		ps.NodeSelector[corev1.LabelArchStable] = p.Arch
+	}
+
+	res, err := resources(cfg, spec.Resources)
+	if err != nil {
+		return nil, err
+	}
+	env := make([]corev1.EnvVar, 0, len(spec.Env)+1)
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if k != envExecdToken {
+			env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
+		}
+	}
+	env = append(env, corev1.EnvVar{Name: envExecdToken, ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: podName(id)}, Key: secretKey},
+	}})
+	noEscalation := false
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	mounts := []corev1.VolumeMount{{Name: volumeExecd, MountPath: execdDir, ReadOnly: true}}
+	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeExecd, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	for i, v := range spec.Volumes {
+		vol, mount, err := volumeFor(i, id, &v)
+		if err != nil {
+			return nil, err
+		}
+		ps.Volumes = append(ps.Volumes, vol)
+		mounts = append(mounts, mount)
+	}
+	ps.InitContainers = []corev1.Container{{
+		Name:            containerInstall,
+		Image:           cfg.ExecdImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"/execd", "--install-to", execdInSandbox},
+		VolumeMounts:    []corev1.VolumeMount{{Name: volumeExecd, MountPath: execdDir}},
+		Resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &noEscalation,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           seccomp,
+		},
+	}}
+	ps.Containers = []corev1.Container{{
+		Name:            containerSandbox,
+		Image:           spec.Image,
+		ImagePullPolicy: corev1.PullPolicy(cfg.ImagePullPolicy),
+		Command:         []string{execdInSandbox},
+		Args:            args,
+		Env:             env,
+		Ports:           []corev1.ContainerPort{{Name: "execd", ContainerPort: sandbox.PortExecd, Protocol: corev1.ProtocolTCP}},
+		// The kubelet's view of "execd answers"; the runtime also probes
+		// execd itself, so a sandbox is Running before the next period.
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ping", Port: intstr.FromInt32(sandbox.PortExecd)}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   1,
+			FailureThreshold: 3,
+		},
+		Resources:    res,
+		VolumeMounts: mounts,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &noEscalation,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: slices.Clone(defaultCaps)},
+			SeccompProfile:           seccomp,
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}}
+	return pod, nil
+}
+
+// secretFor is the Secret holding a sandbox's execd token.
+func secretFor(cfg *Config, ns string, id sandbox.ID, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: podName(id), Namespace: ns,
+			Labels: map[string]string{labelScope: cfg.LabelScope, labelID: string(id), labelKind: kindToken},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{secretKey: []byte(token)},
+	}
+}
+
+func setJSON(ann map[string]string, key string, v any) {
+	b, _ := json.Marshal(v)
+	ann[key] = string(b)
+}
+
+// setMetadataLabels mirrors metadata into labels, replacing earlier
+// mirrors; entries that are not valid label parts are kept in the
+// annotation only.
+func setMetadataLabels(labels map[string]string, md map[string]string) {
+	for k := range labels {
+		if strings.HasPrefix(k, metaLabelPrefix) {
+			delete(labels, k)
+		}
+	}
+	for k, v := range md {
+		key := metaLabelPrefix + k
+		if len(validation.IsQualifiedName(key)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+			labels[key] = v
+		}
+	}
+}
+
+// resources turns a sandbox's limits, or the configured defaults, into
+// the pod's. Requests are the configured ones, at most the limits.
+func resources(cfg *Config, r sandbox.Resources) (corev1.ResourceRequirements, error) {
+	req := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	limit := func(name corev1.ResourceName, value int64, def string, scale resource.Scale, request string) {
+		var q resource.Quantity
+		switch {
+		case value > 0:
+			q = *resource.NewScaledQuantity(value, scale)
+		case def != "":
+			q = resource.MustParse(def)
+		}
+		if !q.IsZero() {
+			req.Limits[name] = q
+		}
+		if request == "" {
+			return
+		}
+		rq := resource.MustParse(request)
+		if !q.IsZero() && rq.Cmp(q) > 0 {
+			rq = q
+		}
+		req.Requests[name] = rq
+	}
+	limit(corev1.ResourceCPU, r.CPUMillis, cfg.DefaultCPU, resource.Milli, cfg.CPURequest)
+	limit(corev1.ResourceMemory, r.MemoryBytes, cfg.DefaultMemory, 0, cfg.MemoryRequest)
+	switch r.GPUs {
+	case "":
+	case "all":
+		return req, invalid(`gpu "all": Kubernetes needs a count of GPUs`)
+	default:
+		n, err := strconv.Atoi(r.GPUs)
+		if err != nil || n < 1 {
+			return req, invalid(fmt.Sprintf("gpu %q: want a count", r.GPUs))
+		}
+		req.Limits["nvidia.com/gpu"] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+	}
+	return req, nil
+}
+
+// volumeFor turns the i-th volume of a sandbox into a pod volume and its
+// mount.
+func volumeFor(i int, id sandbox.ID, v *sandbox.Volume) (corev1.Volume, corev1.VolumeMount, error) {
+	name := fmt.Sprintf("volume-%d", i)
+	mount := corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath}
+	switch {
+	case v.HostPath != "":
+		t := corev1.HostPathDirectory
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: v.HostPath, Type: &t}}}, mount, nil
+	case v.Claim != nil:
+		if errs := validation.IsDNS1123Subdomain(v.Claim.Name); len(errs) > 0 {
+			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_NAME",
+				fmt.Sprintf("volume %s: claim name %q: %s", v.Name, v.Claim.Name, strings.Join(errs, "; ")))
+		}
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: v.Claim.Name, ReadOnly: v.ReadOnly}}}, mount, nil
+	}
+	return corev1.Volume{}, mount, invalid("volume " + v.Name + " has no backend")
+}
+
+// sandboxFrom reads a sandbox from its pod. up says whether the runtime
+// has seen the pod's execd answer.
+func sandboxFrom(pod *corev1.Pod, up bool, now time.Time, startTimeout time.Duration) *sandbox.Sandbox {
+	ann := pod.Annotations
+	sb := &sandbox.Sandbox{
+		ID:           sandbox.ID(pod.Labels[labelID]),
+		Image:        ann[annImage],
+		SnapshotID:   ann[annSnapshot],
+		SecureAccess: ann[annSecure] == "true",
+		Metadata:     map[string]string{},
+	}
+	json.Unmarshal([]byte(ann[annEntrypoint]), &sb.Entrypoint)
+	json.Unmarshal([]byte(ann[annMetadata]), &sb.Metadata)
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	json.Unmarshal([]byte(ann[annExtensions]), &sb.Extensions)
+	if p, ok := ann[annPlatform]; ok {
+		if os, arch, ok := strings.Cut(p, "/"); ok {
+			sb.Platform = &sandbox.Platform{OS: os, Arch: arch}
+		}
+	}
+	sb.CreatedAt = pod.CreationTimestamp.UTC()
+	if t, err := time.Parse(time.RFC3339Nano, ann[annCreated]); err == nil {
+		sb.CreatedAt = t
+	}
+	if t, err := time.Parse(time.RFC3339Nano, ann[annExpires]); err == nil {
+		sb.ExpiresAt = &t
+	}
+	sb.Status = statusOf(pod, up, sb.CreatedAt, now, startTimeout)
+	return sb
+}
+
+// Image pull failures and container start failures, by the kubelet's
+// waiting reasons.
+var (
+	pullFailures  = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError", "RegistryUnavailable"}
+	startFailures = []string{"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "PreStartHookError", "PostStartHookError"}
+)
+
+// statusOf derives a sandbox's status from its pod. A sandbox is Running
+// once its execd answers (the pod is Ready, or the runtime saw it answer:
+// up), Failed when the pod cannot be scheduled, its image cannot be
+// pulled, a container cannot start or has stopped, or it has been Pending
+// longer than startTimeout.
+func statusOf(pod *corev1.Pod, up bool, created, now time.Time, startTimeout time.Duration) sandbox.Status {
+	since := pod.CreationTimestamp.UTC()
+	st := func(state sandbox.State, reason, msg string, at time.Time) sandbox.Status {
+		if at.IsZero() {
+			at = since
+		}
+		return sandbox.Status{State: state, Reason: reason, Message: msg, Since: at}
+	}
+	if pod.Annotations[annHandover] != "" {
+		return st(sandbox.StatePending, "CLAIMING", "the sandbox is being handed out by its warm pool", time.Time{})
+	}
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return st(sandbox.StateTerminated, "SANDBOX_EXITED", "execd exited: "+terminatedText(pod), finishedAt(pod))
+	case corev1.PodFailed:
+		reason := "POD_FAILED"
+		if pod.Status.Reason == "Evicted" {
+			reason = "EVICTED"
+		}
+		msg := pod.Status.Message
+		if t := terminatedText(pod); t != "" {
+			if strings.Contains(t, "OOMKilled") {
+				reason = "OOM_KILLED"
+			}
+			msg = strings.TrimPrefix(msg+"; "+t, "; ")
+		}
+		return st(sandbox.StateFailed, reason, msg, finishedAt(pod))
+	case corev1.PodUnknown:
+		return st(sandbox.StateUnknown, "NODE_UNREACHABLE", pod.Status.Message, time.Time{})
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return st(sandbox.StateFailed, "UNSCHEDULABLE", "no node can run the sandbox: "+c.Message, c.LastTransitionTime.Time)
+		}
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if w := cs.State.Waiting; w != nil && slices.Contains(pullFailures, w.Reason) {
+			return st(sandbox.StateFailed, "EXECD_IMAGE_PULL_FAILED", fmt.Sprintf("the execd image %s: %s: %s", cs.Image, w.Reason, w.Message), time.Time{})
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return st(sandbox.StateFailed, "EXECD_INSTALL_FAILED", fmt.Sprintf("installing execd failed (exit %d): %s %s", t.ExitCode, t.Reason, t.Message), t.FinishedAt.Time)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != containerSandbox {
+			continue
+		}
+		if w := cs.State.Waiting; w != nil {
+			switch {
+			case slices.Contains(pullFailures, w.Reason):
+				return st(sandbox.StateFailed, "IMAGE_PULL_FAILED", fmt.Sprintf("image %s: %s: %s", cs.Image, w.Reason, w.Message), time.Time{})
+			case slices.Contains(startFailures, w.Reason):
+				return st(sandbox.StateFailed, "CONTAINER_START_FAILED", w.Reason+": "+w.Message, time.Time{})
+			}
+		}
+		if t := cs.State.Terminated; t != nil {
+			return st(sandbox.StateFailed, "SANDBOX_EXITED", "execd exited: "+terminatedText(pod), t.FinishedAt.Time)
+		}
+	}
+	if pod.Status.Phase == corev1.PodRunning {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return st(sandbox.StateRunning, "POD_READY", "", c.LastTransitionTime.Time)
+			}
+		}
+		if up {
+			return st(sandbox.StateRunning, "EXECD_READY", "", time.Time{})
+		}
+	}
+	if startTimeout > 0 && now.Sub(created) > startTimeout {
+		return st(sandbox.StateFailed, "START_TIMEOUT", fmt.Sprintf("the sandbox did not start within %v", startTimeout), created.Add(startTimeout))
+	}
+	reason, msg := "POD_PENDING", ""
+	switch {
+	case pod.Spec.NodeName == "":
+		reason, msg = "SCHEDULING", "waiting for a node"
+	case pod.Status.Phase == corev1.PodRunning:
+		reason, msg = "EXECD_STARTING", "waiting for execd to answer"
+	default:
+		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && w.Reason != "" {
+				reason, msg = "CONTAINER_CREATING", cs.Name+": "+w.Reason
+				if w.Message != "" {
+					msg += ": " + w.Message
+				}
+			}
+		}
+	}
+	return st(sandbox.StatePending, reason, msg, time.Time{})
+}
+
+// terminatedText describes how the sandbox container ended.
+func terminatedText(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && cs.Name == containerSandbox {
+			s := fmt.Sprintf("exit code %d", t.ExitCode)
+			if t.Signal != 0 {
+				s += fmt.Sprintf(", signal %d", t.Signal)
+			}
+			if t.Reason != "" {
+				s += " (" + t.Reason + ")"
+			}
+			if m := strings.TrimSpace(t.Message); m != "" {
+				if len(m) > 512 {
+					m = m[len(m)-512:]
+				}
+				s += ": " + m
+			}
+			return s
+		}
+	}
+	return ""
+}
+
+func finishedAt(pod *corev1.Pod) time.Time {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			return t.FinishedAt.Time
+		}
+	}
+	return time.Time{}
+}
+
+// podStarted reports whether the pod's execd can be reached: the pod runs
+// on an address and its sandbox container has started.
+func podStarted(pod *corev1.Pod) bool {
+	if pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerSandbox && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// podIsReady reports the pod's Ready condition.
+func podIsReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
