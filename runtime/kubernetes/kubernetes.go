@@ -93,6 +93,7 @@ func New(cfg Config, logger *slog.Logger) (*Runtime, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	routeKlog(logger)
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if cfg.Kubeconfig != "" {
 		rules.ExplicitPath = cfg.Kubeconfig
@@ -345,13 +346,37 @@ func (r *Runtime) pod(id sandbox.ID) *corev1.Pod {
 }
 
 // sandboxPod is pod for a sandbox a user may see: warm pods not handed
-// out are the pools' own.
-func (r *Runtime) sandboxPod(id sandbox.ID) (*corev1.Pod, error) {
+// out are the pools' own. A pod this replica's informer does not have is
+// looked up on the API server, so that a sandbox made through another
+// replica a moment ago is found (clients behind a load balancer create on
+// one replica and poll another); misses cost one call, hits none.
+func (r *Runtime) sandboxPod(ctx context.Context, id sandbox.ID) (*corev1.Pod, error) {
 	pod := r.pod(id)
+	if pod == nil && !r.podWrite.isDeleted(podName(id)) {
+		pod = r.fetchPod(ctx, id)
+	}
 	if pod == nil || pod.Labels[labelWarm] != "" {
 		return nil, notFound(id)
 	}
 	return pod, nil
+}
+
+// fetchPod reads a pod the informer does not have yet from the API
+// server, and keeps it (and its token) in the overlay until the informer
+// catches up.
+func (r *Runtime) fetchPod(ctx context.Context, id sandbox.ID) *corev1.Pod {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pod, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil || pod.Labels[labelScope] != r.cfg.LabelScope || pod.Labels[labelKind] != kindSandbox || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	pod.ManagedFields = nil
+	r.podWrite.wrote(pod)
+	if sec, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+		r.secWrite.wrote(sec)
+	}
+	return pod
 }
 
 func notFound(id sandbox.ID) error {
@@ -378,7 +403,7 @@ func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
 
 // Get returns a sandbox from the informer's cache.
 func (r *Runtime) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +516,7 @@ func apiError(doing string, err error) error {
 // Delete removes the sandbox's pod, its Secret and the volumes made for
 // it.
 func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -534,7 +559,7 @@ func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod) error {
 // updatePod applies change to the sandbox's pod, retrying on conflicts
 // with the API server's latest version.
 func (r *Runtime) updatePod(ctx context.Context, id sandbox.ID, change func(*corev1.Pod)) (*corev1.Pod, error) {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -608,7 +633,7 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	var pod *corev1.Pod
 	for {
 		var err error
-		if pod, err = r.sandboxPod(id); err != nil {
+		if pod, err = r.sandboxPod(ctx, id); err != nil {
 			return sandbox.Endpoint{}, err
 		}
 		if pod.Status.PodIP != "" {

@@ -169,7 +169,7 @@ func (r *Runtime) deleteClaims(ctx context.Context, names []string) {
 
 // Logs returns the output of the sandbox's main container.
 func (r *Runtime) Logs(ctx context.Context, id sandbox.ID, tail int, since time.Time) (string, error) {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -195,7 +195,7 @@ func (r *Runtime) Logs(ctx context.Context, id sandbox.ID, tail int, since time.
 // Events returns the sandbox's creation, its claim, and the cluster's
 // events about its pod, oldest first.
 func (r *Runtime) Events(ctx context.Context, id sandbox.ID) ([]sandbox.Event, error) {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,7 @@ func (r *Runtime) Events(ctx context.Context, id sandbox.ID) ([]sandbox.Event, e
 
 // Inspect returns the sandbox's pod as YAML.
 func (r *Runtime) Inspect(ctx context.Context, id sandbox.ID) (string, error) {
-	pod, err := r.sandboxPod(id)
+	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
 		return "", err
 	}
