@@ -25,7 +25,9 @@ type demoted struct{ h slog.Handler }
 
 const levelStep = slog.LevelInfo - slog.LevelDebug
 
-func (d demoted) Enabled(ctx context.Context, l slog.Level) bool { return d.h.Enabled(ctx, l-levelStep) }
+func (d demoted) Enabled(ctx context.Context, l slog.Level) bool {
+	return d.h.Enabled(ctx, l-levelStep)
+}
 
 func (d demoted) Handle(ctx context.Context, r slog.Record) error {
 	r.Level -= levelStep
