@@ -3,21 +3,16 @@ package kubernetes
 import (
 	"context"
 	"log/slog"
-	"sync"
 
 	"k8s.io/klog/v2"
 )
 
-var klogOnce sync.Once
-
-// routeKlog sends client-go's own log (klog, process-wide) to the
-// server's logger, one level lower: client-go reports at Info what is
-// routine here (lease renewals) and at Error what the runtime handles
-// itself (a lost race to create the lease).
+// routeKlog sends client-go's own log (klog, one per process: the last
+// runtime made wins) to the server's logger, one level lower: client-go
+// reports at Info what is routine here (lease renewals) and at Error what
+// the runtime handles itself (a lost race to create the lease).
 func routeKlog(logger *slog.Logger) {
-	klogOnce.Do(func() {
-		klog.SetSlogLogger(slog.New(demoted{logger.Handler().WithAttrs([]slog.Attr{slog.String("source", "client-go")})}))
-	})
+	klog.SetSlogLogger(slog.New(demoted{logger.Handler().WithAttrs([]slog.Attr{slog.String("source", "client-go")})}))
 }
 
 // demoted is a handler that lowers every record by one level.

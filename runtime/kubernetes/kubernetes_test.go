@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -382,4 +383,35 @@ func quoteJSON(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// TestGVisor: a sandbox asks for the gvisor RuntimeClass (which make
+// k8s-up wires to runsc) and runs under gVisor's kernel; a class that is
+// not allowed is refused.
+func TestGVisor(t *testing.T) {
+	env := newTestEnv(t)
+	if _, err := env.cs.NodeV1().RuntimeClasses().Get(context.Background(), "gvisor", metav1.GetOptions{}); err != nil {
+		testenv.Missing(t, "the test cluster has no RuntimeClass gvisor (%v); make k8s-up makes it", err)
+	}
+	cfg := env.config("gvisor")
+	cfg.AllowedRuntimeClasses = []string{"gvisor"}
+	rt := env.runtime(t, cfg)
+	ctx := context.Background()
+	if _, err := rt.Create(ctx, sandbox.NewID(), sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint,
+		Extensions: map[string]string{extRuntimeClass: "kata"}}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("a RuntimeClass not allowed: %v, want ErrInvalid", err)
+	}
+	id := sandbox.NewID()
+	if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint,
+		Extensions: map[string]string{extRuntimeClass: "gvisor"}}); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
+	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := runCommand(t, ep, "dmesg"); !strings.Contains(out, "gVisor") {
+		t.Fatalf("dmesg in a gvisor sandbox does not mention gVisor:\n%s", out)
+	}
 }
