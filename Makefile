@@ -29,15 +29,17 @@ images: build docker ## build the local images used by tests, the demo and the c
 demo: build images ## start the server, create a sandbox, run python in it, clean up
 	@./scripts/demo.sh
 
-test: build images ## the whole suite: unit, real processes, containers (race detector on)
+test: build images ## the whole suite: unit, real processes, containers, the local Kubernetes (race detector on)
 	@./scripts/test-deps.sh
+	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 test-unit: ## tests that need neither Docker nor images
 	$(GO) test -race ./api/... ./internal/... ./execd/... ./sandbox/... ./lifecycle/... ./runtime/fake/...
 
-test-e2e: build images ## only the end-to-end tests against real containers
+test-e2e: build images ## only the end-to-end tests against real containers and the local Kubernetes
 	@./scripts/test-deps.sh
+	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m ./e2e/...
 
 bench: build images ## every performance harness, with the Docker engine alone as baseline; tables, JSON and PNG charts in bench/results (BENCH=quick: under 2 minutes)

@@ -224,7 +224,11 @@ func (r *Runtime) Events(ctx context.Context, id sandbox.ID) ([]sandbox.Event, e
 		out = append(out, sandbox.Event{Time: st.Since, Source: sandbox.SourceLifecycle, Type: strings.ToUpper(string(st.State)),
 			Message: strings.TrimPrefix(st.Reason+": "+st.Message, ": ")})
 	}
-	slices.SortStableFunc(out, func(a, b sandbox.Event) int { return a.Time.Compare(b.Time) })
+	// The kubelet's events carry whole seconds: events of one second keep
+	// the order they were recorded in, the creation first.
+	slices.SortStableFunc(out, func(a, b sandbox.Event) int {
+		return a.Time.Truncate(time.Second).Compare(b.Time.Truncate(time.Second))
+	})
 	return out, nil
 }
 
