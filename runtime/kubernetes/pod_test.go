@@ -1,0 +1,254 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+func testConfig(t *testing.T, template string) Config {
+	t.Helper()
+	cfg := Config{LabelScope: "unit", DefaultCPU: "1", DefaultMemory: "1Gi"}
+	if template != "" {
+		cfg.PodTemplateFile = filepath.Join(t.TempDir(), "pod.yaml")
+		if err := os.WriteFile(cfg.PodTemplateFile, []byte(template), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestPodFor(t *testing.T) {
+	cfg := testConfig(t, `
+apiVersion: v1
+kind: Pod
+metadata:
+  labels: {team: agents}
+spec:
+  nodeSelector: {pool: sandboxes}
+  tolerations: [{key: sandbox, operator: Exists}]
+  dnsPolicy: Default
+  containers: [{name: ignored, image: ignored}]
+`)
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	spec := sandbox.Spec{
+		Image: "python:3.11", Entrypoint: []string{"python3", "-m", "http.server"},
+		Env:       map[string]string{"B": "2", "A": "1", envExecdToken: "smuggled"},
+		Metadata:  map[string]string{"team": "x", "with space": "y"},
+		Resources: sandbox.Resources{CPUMillis: 2000, MemoryBytes: 64 << 20},
+		Volumes:   []sandbox.Volume{{Name: "data", MountPath: "/data", HostPath: "/srv/data", SubPath: "a"}},
+		Platform:  &sandbox.Platform{OS: "linux", Arch: "arm64"},
+		ExpiresAt: &exp,
+	}
+	pod, err := podFor(&cfg, "ns", "id-1", &spec, exp, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(pod)
+	if strings.Contains(string(raw), "smuggled") {
+		t.Fatal("a request's EXECD_ACCESS_TOKEN reached the pod")
+	}
+	c := pod.Spec.Containers[0]
+	if len(pod.Spec.Containers) != 1 || c.Image != "python:3.11" || c.Command[0] != execdInSandbox ||
+		strings.Join(c.Args, " ") != "-- python3 -m http.server" {
+		t.Fatalf("container: %+v", c)
+	}
+	if len(c.Env) != 3 || c.Env[0].Name != "A" || c.Env[1].Name != "B" || c.Env[2].ValueFrom.SecretKeyRef.Name != "osb-id-1" {
+		t.Fatalf("env: %+v", c.Env)
+	}
+	if pod.Labels["team"] != "agents" || pod.Labels[labelID] != "id-1" || pod.Labels[metaLabelPrefix+"team"] != "x" ||
+		pod.Labels[labelScope] != "unit" || len(pod.Labels) != 5 {
+		t.Fatalf("labels: %v", pod.Labels)
+	}
+	if pod.Annotations[annExpires] != "2030-01-02T03:04:05Z" || pod.Annotations[annEntrypoint] != `["python3","-m","http.server"]` {
+		t.Fatalf("annotations: %v", pod.Annotations)
+	}
+	if pod.Spec.NodeSelector["pool"] != "sandboxes" || pod.Spec.NodeSelector[corev1.LabelArchStable] != "arm64" ||
+		len(pod.Spec.Tolerations) != 1 || pod.Spec.DNSPolicy != corev1.DNSDefault {
+		t.Fatalf("pod-level settings of the template lost: %+v", pod.Spec)
+	}
+	if *pod.Spec.AutomountServiceAccountToken || *c.SecurityContext.AllowPrivilegeEscalation || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Fatal("hardening missing")
+	}
+	lim, req := c.Resources.Limits, c.Resources.Requests
+	if lim.Cpu().MilliValue() != 2000 || lim.Memory().Value() != 64<<20 || req.Cpu().MilliValue() != 100 || req.Memory().Value() != 64<<20 {
+		t.Fatalf("resources: limits %v requests %v (the memory request is capped at the limit)", lim, req)
+	}
+	if v := pod.Spec.Volumes[1]; v.HostPath == nil || v.HostPath.Path != "/srv/data" || c.VolumeMounts[1].SubPath != "a" {
+		t.Fatalf("volume: %+v %+v", v, c.VolumeMounts)
+	}
+
+	// A warm pod starts execd without the entrypoint, claimable.
+	warm, err := podFor(&cfg, "ns", "id-2", &sandbox.Spec{Image: "busybox"}, exp, "py", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(warm.Spec.Containers[0].Args, " ") != "--claimable --" || warm.Labels[labelWarm] != "true" ||
+		warm.Labels[labelPool] != "py" || warm.Annotations[annRevision] != "7" {
+		t.Fatalf("warm pod: %v %v %v", warm.Spec.Containers[0].Args, warm.Labels, warm.Annotations)
+	}
+
+	// Refusals.
+	for name, s := range map[string]sandbox.Spec{
+		"gpu all":           {Image: "x", Resources: sandbox.Resources{GPUs: "all"}},
+		"runtime class":     {Image: "x", Extensions: map[string]string{extRuntimeClass: "kata"}},
+		"bad claim name":    {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", Claim: &sandbox.Claim{Name: "Not_Valid"}}}},
+		"volume no backend": {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v"}}},
+	} {
+		if _, err := podFor(&cfg, "ns", "id", &s, exp, "", 0); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, c := range map[string]Config{
+		"pull policy":   {ImagePullPolicy: "always"},
+		"cpu":           {DefaultCPU: "lots"},
+		"scope":         {LabelScope: "Not A Label"},
+		"runtime class": {RuntimeClassName: "gvisor", AllowedRuntimeClasses: []string{"runc"}},
+		"lease":         {LeaseDuration: time.Second, RenewDeadline: 2 * time.Second},
+		"template":      {PodTemplateFile: "/nonexistent/pod.yaml"},
+	} {
+		if err := c.Check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := (Config{}).Check(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "pod.yaml")
+	os.WriteFile(bad, []byte("kind: Deployment\n"), 0o600)
+	if err := (Config{PodTemplateFile: bad}).Check(); err == nil || !strings.Contains(err.Error(), "want Pod") {
+		t.Fatalf("a template that is not a Pod: %v", err)
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := func() *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created), Annotations: map[string]string{}},
+			Spec: corev1.PodSpec{NodeName: "node"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	}
+	waiting := func(reason, msg string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: containerSandbox, Image: "img", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
+	}
+	running := corev1.ContainerStatus{Name: containerSandbox, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	cases := []struct {
+		name   string
+		mod    func(*corev1.Pod)
+		up     bool
+		now    time.Time
+		state  sandbox.State
+		reason string
+	}{
+		{"scheduling", func(p *corev1.Pod) { p.Spec.NodeName = "" }, false, created, sandbox.StatePending, "SCHEDULING"},
+		{"unschedulable", func(p *corev1.Pod) {
+			p.Spec.NodeName = ""
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}
+		}, false, created, sandbox.StateFailed, "UNSCHEDULABLE"},
+		{"pulling", func(p *corev1.Pod) { p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")} }, false, created, sandbox.StatePending, "CONTAINER_CREATING"},
+		{"pull failed", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ErrImagePull", "connection refused")}
+		}, false, created, sandbox.StateFailed, "IMAGE_PULL_FAILED"},
+		{"config error", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("CreateContainerConfigError", "secret not found")}
+		}, false, created, sandbox.StateFailed, "CONTAINER_START_FAILED"},
+		{"execd image", func(p *corev1.Pod) {
+			s := waiting("ImagePullBackOff", "")
+			s.Name = containerInstall
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{s}
+		}, false, created, sandbox.StateFailed, "EXECD_IMAGE_PULL_FAILED"},
+		{"starting", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running}
+		}, false, created, sandbox.StatePending, "EXECD_STARTING"},
+		{"probed up", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{running}
+		}, true, created, sandbox.StateRunning, "EXECD_READY"},
+		{"ready", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}, false, created, sandbox.StateRunning, "POD_READY"},
+		{"claiming", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Annotations[annHandover] = "x"
+		}, true, created, sandbox.StatePending, "CLAIMING"},
+		{"oom", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, State: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}
+		}, false, created, sandbox.StateFailed, "OOM_KILLED"},
+		{"exited", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, false, created, sandbox.StateTerminated, "SANDBOX_EXITED"},
+		{"start timeout", func(p *corev1.Pod) {}, false, created.Add(time.Hour), sandbox.StateFailed, "START_TIMEOUT"},
+	}
+	for _, c := range cases {
+		pod := base()
+		c.mod(pod)
+		st := statusOf(pod, c.up, created, c.now, 10*time.Minute)
+		if st.State != c.state || st.Reason != c.reason {
+			t.Errorf("%s: %s %s (%s), want %s %s", c.name, st.State, st.Reason, st.Message, c.state, c.reason)
+		}
+	}
+}
+
+func TestDeficit(t *testing.T) {
+	for _, c := range []struct {
+		cap         sandbox.Capacity
+		idle, total int
+		want        int
+	}{
+		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 0, 0, 4},
+		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 2, 5, 0},
+		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 1, 9, 1},
+		{sandbox.Capacity{BufferMin: 0, BufferMax: 0, PoolMin: 3, PoolMax: 10}, 0, 1, 2},
+		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 4}, 0, 4, 0},
+	} {
+		if got := deficit(c.cap, c.idle, c.total); got != c.want {
+			t.Errorf("deficit(%+v, idle %d, total %d) = %d, want %d", c.cap, c.idle, c.total, got, c.want)
+		}
+	}
+}
+
+func TestOverlay(t *testing.T) {
+	o := newOverlay[*corev1.Pod]()
+	pod := func(rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: rv}}
+	}
+	o.wrote(pod("10"))
+	if got, ok := o.resolve("p", nil, false); !ok || got.ResourceVersion != "10" {
+		t.Fatal("a written pod the informer has not delivered is not found")
+	}
+	if got, _ := o.resolve("p", pod("9"), true); got.ResourceVersion != "10" {
+		t.Fatal("an older informer copy wins over a write")
+	}
+	o.seen(pod("9"))
+	if got, _ := o.resolve("p", pod("9"), true); got.ResourceVersion != "10" {
+		t.Fatal("an older delivery dropped the write")
+	}
+	o.seen(pod("11"))
+	if got, _ := o.resolve("p", pod("11"), true); got.ResourceVersion != "11" {
+		t.Fatal("a newer delivery does not win")
+	}
+	o.removed("p")
+	if _, ok := o.resolve("p", pod("11"), true); ok {
+		t.Fatal("a deleted pod is found")
+	}
+	o.gone("p")
+	if _, ok := o.resolve("p", nil, false); ok {
+		t.Fatal("a gone pod is found")
+	}
+}
