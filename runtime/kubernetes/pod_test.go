@@ -159,7 +159,9 @@ func TestStatusOf(t *testing.T) {
 			p.Spec.NodeName = ""
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}
 		}, false, created, sandbox.StateFailed, "UNSCHEDULABLE"},
-		{"pulling", func(p *corev1.Pod) { p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")} }, false, created, sandbox.StatePending, "CONTAINER_CREATING"},
+		{"pulling", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")}
+		}, false, created, sandbox.StatePending, "CONTAINER_CREATING"},
 		{"pull failed", func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ErrImagePull", "connection refused")}
 		}, false, created, sandbox.StateFailed, "IMAGE_PULL_FAILED"},
