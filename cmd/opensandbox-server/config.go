@@ -367,7 +367,7 @@ image_pull_policy = "IfNotPresent"
 # "gvisor"); a sandbox may ask for one of allowed_runtime_classes with the
 # extension "kubernetes.runtimeClassName".
 runtime_class_name = ""
-allowed_runtime_classes = []
+# allowed_runtime_classes = ["gvisor"]   # default: runtime_class_name only
 # Service account of sandbox pods; empty: no account token is mounted.
 service_account = ""
 # A Pod manifest (YAML) sandbox pods start from: node selector,
@@ -389,8 +389,10 @@ lease_duration = "8s"
 renew_deadline = "5s"
 retry_period = "1s"
 # How long a sandbox may stay Pending (image pull included) before it is
-# reported Failed.
+# reported Failed, and how long the scheduler may find no node for it
+# (raise it where a cluster autoscaler adds nodes).
 start_timeout = "10m"
+schedule_timeout = "15s"
 
 ` + examplePools
 

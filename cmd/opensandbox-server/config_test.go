@@ -36,6 +36,34 @@ func TestInitConfigStartsAsIs(t *testing.T) {
 	}
 }
 
+func TestInitConfigKubernetes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandbox.toml")
+	if err := writeExample(path, "kubernetes", false); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path, false)
+	if err != nil {
+		t.Fatalf("the written example does not load: %v", err)
+	}
+	k := cfg.Runtime.Kubernetes
+	if cfg.Runtime.Type != "kubernetes" || k.ExecdImage != "opensandbox/execd:latest" || k.CPURequest != "100m" ||
+		k.ScheduleTimeout != 15*time.Second || cfg.Runtime.Docker.DataDir != "" {
+		t.Fatalf("example config: %+v", cfg.Runtime)
+	}
+	// Following the example's own hint works.
+	text, _ := os.ReadFile(path)
+	edited := strings.Replace(string(text), `runtime_class_name = ""`, `runtime_class_name = "gvisor"`, 1)
+	os.WriteFile(path, []byte(edited), 0o600)
+	if _, err := loadConfig(path, false); err != nil {
+		t.Fatalf("with runtime_class_name set: %v", err)
+	}
+	bad := strings.Replace(string(text), `renew_deadline = "5s"`, `renew_deadline = "1s"`, 1)
+	os.WriteFile(path, []byte(bad), 0o600)
+	if _, err := loadConfig(path, false); err == nil || !strings.Contains(err.Error(), "renew_deadline") {
+		t.Fatalf("a renew_deadline the election refuses: %v", err)
+	}
+}
+
 func writeConfig(t *testing.T, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.toml")

@@ -80,6 +80,7 @@ func (m *Main) Run(ctx context.Context) error {
 	case "kubernetes":
 		kcfg := cfg.Runtime.Kubernetes
 		kcfg.Observer = metrics
+		kcfg.HostPathAllowlist = cfg.Server.HostVolumeAllowlist
 		krt, err := kubernetes.New(kcfg, log)
 		if err != nil {
 			return fmt.Errorf("kubernetes runtime: %w", err)

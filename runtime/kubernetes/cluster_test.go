@@ -119,7 +119,7 @@ func (e *testEnv) config(scope string) Config {
 		ImagePullPolicy: "IfNotPresent",
 		DefaultCPU:      "500m", DefaultMemory: "256Mi",
 		CPURequest: "10m", MemoryRequest: "16Mi",
-		StartTimeout: 2 * time.Minute,
+		StartTimeout: 2 * time.Minute, ScheduleTimeout: 2 * time.Second,
 	}
 }
 

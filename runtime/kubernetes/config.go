@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -78,6 +79,15 @@ type Config struct {
 	// StartTimeout is how long a sandbox may stay Pending, pulling its
 	// image included, before it is reported Failed. Default 10 minutes.
 	StartTimeout time.Duration `toml:"start_timeout"`
+	// ScheduleTimeout is how long the scheduler may fail to find a node
+	// for a sandbox before it is reported Failed (UNSCHEDULABLE). Default
+	// 15 s; raise it where a cluster autoscaler adds nodes.
+	ScheduleTimeout time.Duration `toml:"schedule_timeout"`
+
+	// HostPathAllowlist is the server's host_volume_allowlist: host
+	// volumes are mounted as the entry that contains them. It is not read
+	// from this table; the server sets it.
+	HostPathAllowlist []string `toml:"-"`
 
 	// Observer receives the runtime's measurements. It is not read from
 	// the file; the server sets it. Default: sandbox.NopObserver.
@@ -108,7 +118,8 @@ func (c *Config) setDefaults() {
 	c.RenewDeadline = cmp.Or(c.RenewDeadline, 5*time.Second)
 	c.RetryPeriod = cmp.Or(c.RetryPeriod, time.Second)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 10*time.Minute)
-	if c.AllowedRuntimeClasses == nil && c.RuntimeClassName != "" {
+	c.ScheduleTimeout = cmp.Or(c.ScheduleTimeout, 15*time.Second)
+	if len(c.AllowedRuntimeClasses) == 0 && c.RuntimeClassName != "" {
 		c.AllowedRuntimeClasses = []string{c.RuntimeClassName}
 	}
 	if c.Identity == "" {
@@ -148,8 +159,17 @@ func (c *Config) Validate() error {
 	if c.RuntimeClassName != "" && !slices.Contains(c.AllowedRuntimeClasses, c.RuntimeClassName) {
 		return fmt.Errorf("runtime.kubernetes.runtime_class_name: %q is not in allowed_runtime_classes", c.RuntimeClassName)
 	}
-	if c.RenewDeadline >= c.LeaseDuration {
+	// The election's own rules (client-go refuses other timings).
+	switch {
+	case c.LeaseDuration <= 0 || c.RenewDeadline <= 0 || c.RetryPeriod <= 0:
+		return errors.New("runtime.kubernetes: lease_duration, renew_deadline and retry_period must be positive")
+	case c.RenewDeadline >= c.LeaseDuration:
 		return fmt.Errorf("runtime.kubernetes.renew_deadline (%v) must be shorter than lease_duration (%v)", c.RenewDeadline, c.LeaseDuration)
+	case float64(c.RenewDeadline) <= 1.2*float64(c.RetryPeriod):
+		return fmt.Errorf("runtime.kubernetes.renew_deadline (%v) must be more than 1.2 times retry_period (%v)", c.RenewDeadline, c.RetryPeriod)
+	}
+	if c.StartTimeout < 0 || c.ScheduleTimeout < 0 {
+		return errors.New("runtime.kubernetes: start_timeout and schedule_timeout must not be negative")
 	}
 	if c.PodTemplateFile != "" {
 		b, err := os.ReadFile(c.PodTemplateFile)

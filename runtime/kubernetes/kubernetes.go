@@ -5,9 +5,11 @@
 // any number of replicas can serve the API at once; the one holding a
 // Lease enforces expiry, removes orphans and fills the warm pools.
 //
-// Reads are served from informers (one watch per kind of object, never a
-// call per sandbox); writes go to the API server, and a small overlay lets
-// a replica read its own writes before its informer delivers them.
+// Reads are served from informers (one watch per kind of object; listing
+// makes no API call); writes go to the API server, and a small overlay
+// lets a replica read its own writes before its informer delivers them.
+// Only a sandbox the informer does not know (made through another replica
+// a moment ago, or gone) costs a lookup on the API server.
 package kubernetes
 
 import (
@@ -17,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +66,8 @@ type Runtime struct {
 	wg     sync.WaitGroup
 
 	leading atomic.Bool
+	// terms carries each term this replica leads to housekeep.
+	terms chan context.Context
 	// probe is execd's readiness as this replica saw it, by pod UID:
 	// probing while a probe runs, up once execd answered.
 	mu    sync.Mutex
@@ -132,6 +137,7 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		starts:   map[sandbox.ID]time.Time{},
 		pools:    poolCounters{byName: map[string]*poolCount{}},
 		poolWake: make(chan struct{}, 1),
+		terms:    make(chan context.Context),
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
 			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}},
 	}
@@ -181,8 +187,9 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 				typ, ns, sandbox.ErrUnavailable)
 		}
 	}
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.elect()
+	go r.housekeep()
 	go r.janitor()
 	r.log.Info("kubernetes runtime ready", "identity", r.cfg.Identity)
 	return r, nil
@@ -207,8 +214,8 @@ func unwrapTombstone(obj any) any {
 // sandboxes keep running.
 func (r *Runtime) Close() error {
 	r.cancel()
+	r.factory.Shutdown() // no event handler runs after this
 	r.wg.Wait()
-	r.factory.Shutdown()
 	r.httpc.CloseIdleConnections()
 	return nil
 }
@@ -234,7 +241,7 @@ func (r *Runtime) Unsupported(op string) string {
 // podSeen is the pod informer's add and update handler.
 func (r *Runtime) podSeen(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || r.ctx.Err() != nil {
 		return
 	}
 	r.podWrite.seen(pod)
@@ -248,6 +255,12 @@ func (r *Runtime) podSeen(obj any) {
 	if start, ok := r.starts[id]; ok && ready {
 		delete(r.starts, id)
 		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+	}
+	if podIsReady(pod) && r.probe[pod.UID] == up {
+		// The kubelet's probe speaks from now on: if execd stops
+		// answering it, the sandbox is no longer taken for Running.
+		delete(r.probe, pod.UID)
+		ready = true
 	}
 	if !ready && podStarted(pod) && r.probe[pod.UID] == 0 && pod.DeletionTimestamp == nil {
 		r.probe[pod.UID] = probing
@@ -283,6 +296,14 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 	defer r.wg.Done()
 	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/ping"
 	deadline := time.Now().Add(r.cfg.StartTimeout)
+	wait := 25 * time.Millisecond
+	defer func() {
+		r.mu.Lock()
+		if r.probe[uid] == probing {
+			delete(r.probe, uid) // a later event may start another
+		}
+		r.mu.Unlock()
+	}()
 	for time.Now().Before(deadline) && r.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(r.ctx, time.Second)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -293,9 +314,7 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				r.mu.Lock()
-				if _, known := r.probe[uid]; known {
-					r.probe[uid] = up
-				}
+				r.probe[uid] = up
 				if start, ok := r.starts[id]; ok {
 					delete(r.starts, id)
 					r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
@@ -304,16 +323,14 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 				return
 			}
 		}
-		r.mu.Lock()
-		_, known := r.probe[uid]
-		r.mu.Unlock()
-		if !known {
-			return // the pod is gone
+		if pod := r.pod(id); pod == nil || pod.UID != uid || !podStarted(pod) || podIsReady(pod) {
+			return // gone, stopped, or the kubelet's probe speaks
 		}
 		select {
 		case <-r.ctx.Done():
-		case <-time.After(25 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, time.Second)
 	}
 }
 
@@ -383,7 +400,7 @@ func notFound(id sandbox.ID) error {
 	return sandbox.Coded(sandbox.ErrNotFound, "SANDBOX::NOT_FOUND", fmt.Sprintf("sandbox %s not found", id))
 }
 
-// token returns the sandbox's execd token.
+// token returns the sandbox's execd token from the informer, or "".
 func (r *Runtime) token(id sandbox.ID) string {
 	name := podName(id)
 	cached, err := r.secrets.Get(name)
@@ -394,11 +411,29 @@ func (r *Runtime) token(id sandbox.ID) string {
 	return string(s.Data[secretKey])
 }
 
+// tokenFor returns the sandbox's execd token, from the API server when
+// the informer does not have its Secret yet (the pod's and the Secret's
+// watches deliver independently).
+func (r *Runtime) tokenFor(ctx context.Context, id sandbox.ID) (string, error) {
+	if t := r.token(id); t != "" {
+		return t, nil
+	}
+	sec, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil {
+		return "", apiError("read the sandbox's token", err)
+	}
+	r.secWrite.wrote(sec)
+	if t := string(sec.Data[secretKey]); t != "" {
+		return t, nil
+	}
+	return "", fmt.Errorf("sandbox %s has no token in its secret: %w", id, sandbox.ErrUnavailable)
+}
+
 func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
 	r.mu.Lock()
 	isUp := r.probe[pod.UID] == up
 	r.mu.Unlock()
-	return sandboxFrom(pod, isUp, time.Now(), r.cfg.StartTimeout)
+	return sandboxFrom(pod, isUp, time.Now(), timeouts{start: r.cfg.StartTimeout, schedule: r.cfg.ScheduleTimeout})
 }
 
 // Get returns a sandbox from the informer's cache.
@@ -476,15 +511,20 @@ func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod,
 		if apierrors.IsAlreadyExists(err) {
 			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
 		}
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("create the sandbox's token secret: namespace %s: %v: %w", r.ns, err, sandbox.ErrUnavailable)
+		}
 		return nil, apiError("create the sandbox's token secret", err)
 	}
 	r.secWrite.wrote(sec)
 	created, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		if derr := r.cs.CoreV1().Secrets(r.ns).Delete(context.WithoutCancel(ctx), sec.Name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if derr := r.cs.CoreV1().Secrets(r.ns).Delete(bg, sec.Name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 			r.log.Warn("remove the token secret of a pod that could not be created", "sandbox", id, "err", derr)
 		}
-		r.secWrite.removed(sec.Name)
+		r.secWrite.removed(sec.Name, "")
 		if apierrors.IsAlreadyExists(err) {
 			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
 		}
@@ -505,7 +545,16 @@ func apiError(doing string, err error) error {
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("%s: the cluster refused it: %v", doing, err))
 	case apierrors.IsForbidden(err):
-		// A quota, an admission policy, or missing permissions.
+		msg := err.Error()
+		switch {
+		case strings.Contains(msg, "violates PodSecurity"), strings.Contains(msg, "admission webhook"), strings.Contains(msg, "denied the request"):
+			// An admission policy refuses the pod as asked: retrying
+			// will not help.
+			return sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::POLICY_VIOLATION", fmt.Sprintf("%s: the cluster's policy refuses it: %v", doing, err))
+		case strings.Contains(msg, "exceeded quota"):
+			return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::QUOTA_EXCEEDED", fmt.Sprintf("%s: %v", doing, err))
+		}
+		// Missing permissions.
 		return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::FORBIDDEN", fmt.Sprintf("%s: %v", doing, err))
 	default:
 		kind = sandbox.ErrUnavailable
@@ -520,37 +569,56 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 	if err != nil {
 		return err
 	}
-	return r.remove(ctx, pod)
+	return r.remove(ctx, pod, false)
 }
 
-// remove deletes a pod and what belongs to it.
-func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod) error {
+// cleanupTimeout bounds the deletes that finish a removal after the
+// caller's context has ended.
+const cleanupTimeout = 30 * time.Second
+
+// remove deletes a pod and what belongs to it. With exact, only the
+// version of the pod given is deleted: a pod changed since (a warm pod a
+// claim took meanwhile) is left alone, and errLost returned.
+func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod, exact bool) error {
 	id := sandbox.ID(pod.Labels[labelID])
-	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	pre := &metav1.Preconditions{UID: &pod.UID}
+	if exact {
+		pre.ResourceVersion = &pod.ResourceVersion
+	}
+	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: pre})
+	gone := false
 	switch {
 	case err == nil:
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		// Gone already, or replaced by a pod of the same name: not ours.
-		r.podWrite.removed(pod.Name)
+	case apierrors.IsConflict(err) && exact:
+		return errLost
+	case apierrors.IsNotFound(err):
+		gone = true // what belonged to it is still removed below
+	case apierrors.IsConflict(err):
+		// Replaced by a pod of the same name: not ours.
+		r.podWrite.removed(pod.Name, pod.UID)
 		return notFound(id)
 	default:
 		return apiError("delete the sandbox's pod", err)
 	}
-	r.podWrite.removed(pod.Name)
+	r.podWrite.removed(pod.Name, pod.UID)
 	r.mu.Lock()
 	delete(r.starts, id)
 	r.mu.Unlock()
-	bg := context.WithoutCancel(ctx)
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	if err := r.cs.CoreV1().Secrets(r.ns).Delete(bg, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		// The reconciler removes it later.
 		r.log.Warn("delete the sandbox's token secret", "sandbox", id, "err", err)
 	}
-	r.secWrite.removed(pod.Name)
+	r.secWrite.removed(pod.Name, "")
 	var owned []string
 	if ownedJSON := pod.Annotations[annOwnedClaims]; ownedJSON != "" {
 		if err := jsonUnmarshal(ownedJSON, &owned); err == nil {
 			r.deleteClaims(bg, owned)
 		}
+	}
+	if gone {
+		return notFound(id)
 	}
 	r.log.Info("sandbox deleted", "sandbox", id)
 	return nil
@@ -639,6 +707,10 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 		if pod.Status.PodIP != "" {
 			break
 		}
+		if st := r.view(pod).Status; st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated {
+			return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, "KUBERNETES::SANDBOX_NOT_RUNNING",
+				fmt.Sprintf("sandbox %s is %s (%s: %s) and has no address", id, st.State, st.Reason, st.Message))
+		}
 		select {
 		case <-ctx.Done():
 			return sandbox.Endpoint{}, fmt.Errorf("sandbox %s has no address yet (%s): %w", id, r.view(pod).Status.Reason, sandbox.ErrUnavailable)
@@ -647,7 +719,11 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	}
 	ip := pod.Status.PodIP
 	execd := net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd))
-	headers := map[string]string{sandbox.HeaderExecdToken: r.token(id)}
+	token, err := r.tokenFor(ctx, id)
+	if err != nil {
+		return sandbox.Endpoint{}, err
+	}
+	headers := map[string]string{sandbox.HeaderExecdToken: token}
 	switch {
 	case port == sandbox.PortExecd:
 		return sandbox.Endpoint{Address: execd, Headers: headers}, nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -115,6 +116,49 @@ func TestFailuresHaveReasons(t *testing.T) {
 		if err != nil || len(evs) < 2 {
 			t.Errorf("events of %s: %v, %v", id, evs, err)
 		}
+		// The leader records the failure on the pod, so it is final.
+		waitFor(t, 10*time.Second, "the failure is recorded on the pod", func() bool {
+			pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
+			return err == nil && strings.Contains(pod.Annotations[annFailure], want[0])
+		})
+	}
+	// Endpoint does not wait for an address a failed sandbox never gets.
+	if _, err := rt.Endpoint(ctx, huge, sandbox.PortExecd); !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("Endpoint of a failed sandbox: %v, want ErrConflict", err)
+	}
+}
+
+// TestStaleDiscardSparesClaimed: the leader judging a warm pod from a
+// copy older than a claim that took it meanwhile does not delete the
+// user's sandbox.
+func TestStaleDiscardSparesClaimed(t *testing.T) {
+	env := newTestEnv(t)
+	rt := env.runtime(t, env.config("stale"))
+	ctx := context.Background()
+	if _, err := rt.CreatePool(ctx, sandbox.Pool{Name: "one", Template: sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint},
+		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: 1, PoolMax: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "a warm pod is ready", func() bool {
+		info, _ := rt.GetPool(ctx, "one")
+		return info != nil && info.Status.Available == 1
+	})
+	var stale *corev1.Pod
+	for _, pod := range rt.allPods() {
+		if pod.Labels[labelWarm] != "" {
+			stale = pod.DeepCopy()
+		}
+	}
+	sb, err := rt.Claim(ctx, "one", sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.discard(ctx, stale, "judged from a stale copy")
+	if got, err := rt.Get(ctx, sb.ID); err != nil || got.Status.State != sandbox.StateRunning {
+		t.Fatalf("the claimed sandbox after a stale discard: %+v, %v", got, err)
+	}
+	if pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(sb.ID), metav1.GetOptions{}); err != nil || pod.DeletionTimestamp != nil {
+		t.Fatalf("the claimed sandbox's pod: %v (deleting: %v)", err, pod != nil && pod.DeletionTimestamp != nil)
 	}
 }
 

@@ -49,9 +49,33 @@ func (r *Runtime) elect() {
 	}
 }
 
-// lead runs the leader's loops until leadership ends.
+// lead is called by client-go, in a goroutine of its own, when this
+// replica wins the lease; ctx ends with the term. It hands the term to
+// the runtime's housekeeping goroutine and reports leading meanwhile.
 func (r *Runtime) lead(ctx context.Context) {
 	r.leading.Store(true)
-	r.log.Info("leading: this replica enforces expiry, removes orphans and fills the pools", "lease", r.cfg.LeaseName)
-	r.poolLoop(ctx)
+	select {
+	case r.terms <- ctx:
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+	r.leading.Store(false)
+}
+
+// housekeep runs the leader's loops for each term this replica wins,
+// until the runtime closes.
+func (r *Runtime) housekeep() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case term := <-r.terms:
+			if term.Err() != nil {
+				continue
+			}
+			r.log.Info("leading: this replica enforces expiry, removes orphans and fills the pools", "lease", r.cfg.LeaseName)
+			r.poolLoop(term)
+		}
+	}
 }

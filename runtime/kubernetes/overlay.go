@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // overlay holds the objects this replica wrote until its informer has
@@ -17,9 +18,14 @@ import (
 type overlay[T metav1.Object] struct {
 	mu      sync.Mutex
 	written map[string]overlayEntry[T]
-	// deleted holds names this replica deleted, until the informer saw
-	// them go.
-	deleted map[string]time.Time
+	// deleted holds names this replica deleted (with the UID deleted, if
+	// known), until the informer saw them go.
+	deleted map[string]deletion
+}
+
+type deletion struct {
+	uid types.UID
+	at  time.Time
 }
 
 type overlayEntry[T metav1.Object] struct {
@@ -32,13 +38,19 @@ type overlayEntry[T metav1.Object] struct {
 const overlayTTL = time.Minute
 
 func newOverlay[T metav1.Object]() *overlay[T] {
-	return &overlay[T]{written: map[string]overlayEntry[T]{}, deleted: map[string]time.Time{}}
+	return &overlay[T]{written: map[string]overlayEntry[T]{}, deleted: map[string]deletion{}}
 }
 
-// wrote records an object returned by a create or an update.
+// wrote records an object returned by a create, an update or a read. A
+// write that finishes after this replica deleted the object (an update
+// under way while a delete went through) does not bring it back; a new
+// object of the same name (another UID) does.
 func (o *overlay[T]) wrote(obj T) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if d, ok := o.deleted[obj.GetName()]; ok && (d.uid == "" || d.uid == obj.GetUID()) {
+		return
+	}
 	if cur, ok := o.written[obj.GetName()]; ok && newer(cur.obj, obj) {
 		return
 	}
@@ -46,12 +58,12 @@ func (o *overlay[T]) wrote(obj T) {
 	delete(o.deleted, obj.GetName())
 }
 
-// removed records that name was deleted.
-func (o *overlay[T]) removed(name string) {
+// removed records that name (of uid, if known) was deleted.
+func (o *overlay[T]) removed(name string, uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.written, name)
-	o.deleted[name] = time.Now()
+	o.deleted[name] = deletion{uid: uid, at: time.Now()}
 }
 
 // seen is called with every object the informer delivers: a written
@@ -118,8 +130,8 @@ func (o *overlay[T]) expire(now time.Time) {
 			delete(o.written, name)
 		}
 	}
-	for name, at := range o.deleted {
-		if now.Sub(at) > overlayTTL {
+	for name, d := range o.deleted {
+		if now.Sub(d.at) > overlayTTL {
 			delete(o.deleted, name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ const (
 	// handover older than handoverTimeout was interrupted, and the pod is
 	// removed.
 	annHandover = "opensandbox.io/handover"
+	// annFailure records, as JSON, the failure the leader saw first, so
+	// that a sandbox once reported Failed stays Failed even if the
+	// cluster later manages to run its pod.
+	annFailure = "opensandbox.io/failure"
 )
 
 // Kinds of the runtime's objects.
@@ -152,8 +157,11 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		grace := int64(10)
 		ps.TerminationGracePeriodSeconds = &grace
 	}
-	ps.RuntimeClassName = nil
 	rc := cfg.RuntimeClassName
+	if rc == "" && ps.RuntimeClassName != nil {
+		rc = *ps.RuntimeClassName // the template's
+	}
+	ps.RuntimeClassName = nil
 	if r, ok := spec.Extensions[extRuntimeClass]; ok {
 		if !slices.Contains(cfg.AllowedRuntimeClasses, r) {
 			return nil, invalid(fmt.Sprintf("extension %s: RuntimeClass %q is not allowed (allowed: %v)", extRuntimeClass, r, cfg.AllowedRuntimeClasses))
@@ -172,6 +180,9 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		ps.NodeSelector[corev1.LabelArchStable] = p.Arch
 	}
 
+	if spec.ImageAuth != nil {
+		return nil, invalid("per-request registry credentials are not supported by the kubernetes runtime: give the cluster an image pull secret (imagePullSecrets in the runtime's pod_template_file, or the namespace's default service account)")
+	}
 	res, err := resources(cfg, spec.Resources)
 	if err != nil {
 		return nil, err
@@ -190,7 +201,7 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	mounts := []corev1.VolumeMount{{Name: volumeExecd, MountPath: execdDir, ReadOnly: true}}
 	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeExecd, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	for i, v := range spec.Volumes {
-		vol, mount, err := volumeFor(i, id, &v)
+		vol, mount, err := volumeFor(i, cfg.HostPathAllowlist, &v)
 		if err != nil {
 			return nil, err
 		}
@@ -318,14 +329,31 @@ func resources(cfg *Config, r sandbox.Resources) (corev1.ResourceRequirements, e
 }
 
 // volumeFor turns the i-th volume of a sandbox into a pod volume and its
-// mount.
-func volumeFor(i int, id sandbox.ID, v *sandbox.Volume) (corev1.Volume, corev1.VolumeMount, error) {
+// mount. A host path is mounted as the allow-list entry that contains it
+// with the rest as the mount's subPath: the kubelet resolves a subPath
+// inside its volume and refuses one that leaves it through a symbolic
+// link, which a check on the server's own file system could not promise
+// for the node's.
+func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.VolumeMount, error) {
 	name := fmt.Sprintf("volume-%d", i)
 	mount := corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath}
 	switch {
 	case v.HostPath != "":
+		full := path.Join(v.HostPath, v.SubPath)
+		root := ""
+		for _, a := range allow {
+			a = path.Clean(a)
+			if (full == a || a == "/" || strings.HasPrefix(full, a+"/")) && len(a) > len(root) {
+				root = a
+			}
+		}
+		if root == "" {
+			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::HOST_PATH_NOT_ALLOWED",
+				fmt.Sprintf("volume %s: host path %s is not under the server's host_volume_allowlist", v.Name, full))
+		}
+		mount.SubPath = strings.TrimPrefix(strings.TrimPrefix(full, root), "/")
 		t := corev1.HostPathDirectory
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: v.HostPath, Type: &t}}}, mount, nil
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: root, Type: &t}}}, mount, nil
 	case v.Claim != nil:
 		if errs := validation.IsDNS1123Subdomain(v.Claim.Name); len(errs) > 0 {
 			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_NAME",
@@ -339,7 +367,7 @@ func volumeFor(i int, id sandbox.ID, v *sandbox.Volume) (corev1.Volume, corev1.V
 
 // sandboxFrom reads a sandbox from its pod. up says whether the runtime
 // has seen the pod's execd answer.
-func sandboxFrom(pod *corev1.Pod, up bool, now time.Time, startTimeout time.Duration) *sandbox.Sandbox {
+func sandboxFrom(pod *corev1.Pod, up bool, now time.Time, to timeouts) *sandbox.Sandbox {
 	ann := pod.Annotations
 	sb := &sandbox.Sandbox{
 		ID:           sandbox.ID(pod.Labels[labelID]),
@@ -366,7 +394,7 @@ func sandboxFrom(pod *corev1.Pod, up bool, now time.Time, startTimeout time.Dura
 	if t, err := time.Parse(time.RFC3339Nano, ann[annExpires]); err == nil {
 		sb.ExpiresAt = &t
 	}
-	sb.Status = statusOf(pod, up, sb.CreatedAt, now, startTimeout)
+	sb.Status = statusOf(pod, up, sb.CreatedAt, now, to)
 	return sb
 }
 
@@ -377,18 +405,45 @@ var (
 	startFailures = []string{"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "PreStartHookError", "PostStartHookError"}
 )
 
+// failure is what annFailure records.
+type failure struct {
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"`
+}
+
+// timeouts bound how long statusOf lets a sandbox wait.
+type timeouts struct {
+	// start bounds Pending, from the creation until execd first answers.
+	start time.Duration
+	// schedule bounds how long the scheduler may fail to place the pod
+	// before the sandbox is Failed (UNSCHEDULABLE).
+	schedule time.Duration
+}
+
+// notReadyGrace is how long execd of a sandbox that has run may fail the
+// kubelet's probe before the sandbox is Unknown.
+const notReadyGrace = time.Minute
+
 // statusOf derives a sandbox's status from its pod. A sandbox is Running
 // once its execd answers (the pod is Ready, or the runtime saw it answer:
-// up), Failed when the pod cannot be scheduled, its image cannot be
-// pulled, a container cannot start or has stopped, or it has been Pending
-// longer than startTimeout.
-func statusOf(pod *corev1.Pod, up bool, created, now time.Time, startTimeout time.Duration) sandbox.Status {
+// up); Failed when its pod cannot be scheduled for longer than the
+// schedule timeout, its image cannot be pulled, a container cannot start
+// or has stopped, or it has been Pending longer than the start timeout. A
+// failure recorded on the pod (annFailure) is final.
+func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) sandbox.Status {
 	since := pod.CreationTimestamp.UTC()
 	st := func(state sandbox.State, reason, msg string, at time.Time) sandbox.Status {
 		if at.IsZero() {
 			at = since
 		}
 		return sandbox.Status{State: state, Reason: reason, Message: msg, Since: at}
+	}
+	if f := pod.Annotations[annFailure]; f != "" && pod.Status.Phase != corev1.PodSucceeded {
+		var rec failure
+		if json.Unmarshal([]byte(f), &rec) == nil && rec.Reason != "" {
+			return st(sandbox.StateFailed, rec.Reason, rec.Message, rec.Since)
+		}
 	}
 	if pod.Annotations[annHandover] != "" {
 		return st(sandbox.StatePending, "CLAIMING", "the sandbox is being handed out by its warm pool", time.Time{})
@@ -414,7 +469,12 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, startTimeout tim
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return st(sandbox.StateFailed, "UNSCHEDULABLE", "no node can run the sandbox: "+c.Message, c.LastTransitionTime.Time)
+			// The scheduler retries: capacity may be freed, a node added,
+			// a volume bound. Past the schedule timeout it is a failure.
+			if now.Sub(created) >= to.schedule {
+				return st(sandbox.StateFailed, "UNSCHEDULABLE", "no node can run the sandbox: "+c.Message, c.LastTransitionTime.Time)
+			}
+			return st(sandbox.StatePending, "UNSCHEDULABLE", "no node can run the sandbox yet: "+c.Message, c.LastTransitionTime.Time)
 		}
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
@@ -450,9 +510,14 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, startTimeout tim
 		if up {
 			return st(sandbox.StateRunning, "EXECD_READY", "", time.Time{})
 		}
+		// A sandbox that has run and stops answering the probe is not
+		// declared dead: its node may be unreachable, or execd busy.
+		if started := containerStarted(pod); !started.IsZero() && now.Sub(started) > notReadyGrace {
+			return st(sandbox.StateUnknown, "EXECD_NOT_READY", "execd does not answer the kubelet's probe", time.Time{})
+		}
 	}
-	if startTimeout > 0 && now.Sub(created) > startTimeout {
-		return st(sandbox.StateFailed, "START_TIMEOUT", fmt.Sprintf("the sandbox did not start within %v", startTimeout), created.Add(startTimeout))
+	if to.start > 0 && now.Sub(created) > to.start && containerStarted(pod).IsZero() {
+		return st(sandbox.StateFailed, "START_TIMEOUT", fmt.Sprintf("the sandbox did not start within %v", to.start), created.Add(to.start))
 	}
 	reason, msg := "POD_PENDING", ""
 	switch {
@@ -494,6 +559,23 @@ func terminatedText(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// containerStarted returns when the sandbox container started running,
+// zero if it never has.
+func containerStarted(pod *corev1.Pod) time.Time {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != containerSandbox {
+			continue
+		}
+		if r := cs.State.Running; r != nil {
+			return r.StartedAt.Time
+		}
+		if t := cs.State.Terminated; t != nil {
+			return t.StartedAt.Time
+		}
+	}
+	return time.Time{}
 }
 
 func finishedAt(pod *corev1.Pod) time.Time {

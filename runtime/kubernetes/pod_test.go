@@ -16,7 +16,7 @@ import (
 
 func testConfig(t *testing.T, template string) Config {
 	t.Helper()
-	cfg := Config{LabelScope: "unit", DefaultCPU: "1", DefaultMemory: "1Gi"}
+	cfg := Config{LabelScope: "unit", DefaultCPU: "1", DefaultMemory: "1Gi", HostPathAllowlist: []string{"/srv", "/srv/data/"}}
 	if template != "" {
 		cfg.PodTemplateFile = filepath.Join(t.TempDir(), "pod.yaml")
 		if err := os.WriteFile(cfg.PodTemplateFile, []byte(template), 0o600); err != nil {
@@ -86,6 +86,8 @@ spec:
 	if lim.Cpu().MilliValue() != 2000 || lim.Memory().Value() != 64<<20 || req.Cpu().MilliValue() != 100 || req.Memory().Value() != 64<<20 {
 		t.Fatalf("resources: limits %v requests %v (the memory request is capped at the limit)", lim, req)
 	}
+	// Mounted as the closest allow-list entry, the rest a subPath the
+	// kubelet keeps inside it.
 	if v := pod.Spec.Volumes[1]; v.HostPath == nil || v.HostPath.Path != "/srv/data" || c.VolumeMounts[1].SubPath != "a" {
 		t.Fatalf("volume: %+v %+v", v, c.VolumeMounts)
 	}
@@ -106,6 +108,8 @@ spec:
 		"runtime class":     {Image: "x", Extensions: map[string]string{extRuntimeClass: "kata"}},
 		"bad claim name":    {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", Claim: &sandbox.Claim{Name: "Not_Valid"}}}},
 		"volume no backend": {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v"}}},
+		"host path outside": {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", HostPath: "/srvx"}}},
+		"registry auth":     {Image: "x", ImageAuth: &sandbox.RegistryAuth{Username: "u", Password: "p"}},
 	} {
 		if _, err := podFor(&cfg, "ns", "id", &s, exp, "", 0); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -155,10 +159,24 @@ func TestStatusOf(t *testing.T) {
 		reason string
 	}{
 		{"scheduling", func(p *corev1.Pod) { p.Spec.NodeName = "" }, false, created, sandbox.StatePending, "SCHEDULING"},
+		{"unschedulable for now", func(p *corev1.Pod) {
+			p.Spec.NodeName = ""
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}
+		}, false, created.Add(5 * time.Second), sandbox.StatePending, "UNSCHEDULABLE"},
 		{"unschedulable", func(p *corev1.Pod) {
 			p.Spec.NodeName = ""
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}
-		}, false, created, sandbox.StateFailed, "UNSCHEDULABLE"},
+		}, false, created.Add(15 * time.Second), sandbox.StateFailed, "UNSCHEDULABLE"},
+		{"failure recorded", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			p.Annotations[annFailure] = `{"reason":"UNSCHEDULABLE","message":"no node"}`
+		}, true, created, sandbox.StateFailed, "UNSCHEDULABLE"},
+		{"not ready after running", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, State: corev1.ContainerState{
+				Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created)}}}}
+		}, false, created.Add(time.Hour), sandbox.StateUnknown, "EXECD_NOT_READY"},
 		{"pulling", func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")}
 		}, false, created, sandbox.StatePending, "CONTAINER_CREATING"},
@@ -200,7 +218,7 @@ func TestStatusOf(t *testing.T) {
 	for _, c := range cases {
 		pod := base()
 		c.mod(pod)
-		st := statusOf(pod, c.up, created, c.now, 10*time.Minute)
+		st := statusOf(pod, c.up, created, c.now, timeouts{start: 10 * time.Minute, schedule: 15 * time.Second})
 		if st.State != c.state || st.Reason != c.reason {
 			t.Errorf("%s: %s %s (%s), want %s %s", c.name, st.State, st.Reason, st.Message, c.state, c.reason)
 		}
@@ -245,9 +263,13 @@ func TestOverlay(t *testing.T) {
 	if got, _ := o.resolve("p", pod("11"), true); got.ResourceVersion != "11" {
 		t.Fatal("a newer delivery does not win")
 	}
-	o.removed("p")
+	o.removed("p", "")
 	if _, ok := o.resolve("p", pod("11"), true); ok {
 		t.Fatal("a deleted pod is found")
+	}
+	o.wrote(pod("12"))
+	if _, ok := o.resolve("p", nil, false); ok {
+		t.Fatal("a write that finished after the delete brought the pod back")
 	}
 	o.gone("p")
 	if _, ok := o.resolve("p", nil, false); ok {

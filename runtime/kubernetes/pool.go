@@ -135,6 +135,11 @@ func memberSpec(t *sandbox.Spec) sandbox.Spec {
 
 func sameTemplate(a, b *sandbox.Spec) bool {
 	ma, mb := memberSpec(a), memberSpec(b)
+	for _, m := range []*sandbox.Spec{&ma, &mb} {
+		if len(m.Env) == 0 {
+			m.Env = nil // no variables, however written
+		}
+	}
 	ja, _ := json.Marshal(&ma)
 	jb, _ := json.Marshal(&mb)
 	return bytes.Equal(ja, jb)
@@ -172,14 +177,22 @@ func (r *Runtime) poolConfigMap(p *sandbox.Pool) *corev1.ConfigMap {
 	}
 }
 
-// poolDef reads a pool's definition from the ConfigMap informer.
-func (r *Runtime) poolDef(name string) (*corev1.ConfigMap, *sandbox.Pool, error) {
+// poolDef reads a pool's definition from the ConfigMap informer, or from
+// the API server when the informer does not have it (made through
+// another replica a moment ago).
+func (r *Runtime) poolDef(ctx context.Context, name string) (*corev1.ConfigMap, *sandbox.Pool, error) {
 	cm, err := r.poolDefs.Get(poolConfigMapName(name))
+	if apierrors.IsNotFound(err) {
+		cm, err = r.cs.CoreV1().ConfigMaps(r.ns).Get(ctx, poolConfigMapName(name), metav1.GetOptions{})
+		if err == nil && (cm.Labels[labelScope] != r.cfg.LabelScope || cm.Labels[labelKind] != kindPool) {
+			return nil, nil, poolNotFound(name)
+		}
+	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil, poolNotFound(name)
 		}
-		return nil, nil, err
+		return nil, nil, apiError("read pool "+name, err)
 	}
 	p, err := decodePool(cm)
 	return cm, p, err
@@ -259,7 +272,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	if err := r.checkPool(&p); err != nil {
 		return nil, err
 	}
-	cm, cur, err := r.poolDef(p.Name)
+	cm, cur, err := r.poolDef(ctx, p.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +315,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 
 // GetPool returns a pool with what it holds.
 func (r *Runtime) GetPool(ctx context.Context, name string) (*sandbox.PoolInfo, error) {
-	cm, p, err := r.poolDef(name)
+	cm, p, err := r.poolDef(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +335,7 @@ func (r *Runtime) ListPools(ctx context.Context) ([]*sandbox.PoolInfo, error) {
 // DeletePool removes the pool's definition and its waiting pods; pods it
 // handed out stay.
 func (r *Runtime) DeletePool(ctx context.Context, name string) error {
-	if _, _, err := r.poolDef(name); err != nil {
+	if _, _, err := r.poolDef(ctx, name); err != nil {
 		return err
 	}
 	err := r.cs.CoreV1().ConfigMaps(r.ns).Delete(ctx, poolConfigMapName(name), metav1.DeleteOptions{})
@@ -336,7 +349,8 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 	n := 0
 	for _, pod := range r.allPods() {
 		if pod.Labels[labelPool] == name && pod.Labels[labelWarm] != "" {
-			if err := r.remove(ctx, pod); err == nil {
+			// Exactly this version: a pod a claim took meanwhile stays.
+			if err := r.remove(ctx, pod, true); err == nil {
 				n++
 			}
 		}
@@ -427,7 +441,11 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 	if pool != "" {
 		p, ok := defs[pool]
 		if !ok {
-			return nil, poolNotFound(pool)
+			_, fetched, err := r.poolDef(ctx, pool)
+			if err != nil {
+				return nil, err
+			}
+			p = fetched
 		}
 		if !satisfies(p, &spec) {
 			r.miss(pool)
@@ -463,14 +481,24 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
 			return sb, nil
 		case errors.Is(err, errLost):
+			// Another claim won this pod: try another.
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
 		case errors.Is(err, sandbox.ErrInvalid):
 			return nil, err
-		default:
-			r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "pod", pod.Name, "err", err)
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+		// The pod was taken but could not be handed over (execd
+		// unreachable, the API server failing): it was removed. Trying
+		// more pods would likely fail alike and empty the pool; the
+		// create goes cold instead.
+		r.log.Warn("warm sandbox could not be handed over; creating cold", "pool", def.Name, "pod", pod.Name, "err", err)
+		r.pools.mu.Lock()
+		r.pools.get(def.Name).lastErr = "hand-over failed: " + err.Error()
+		r.pools.mu.Unlock()
+		r.miss(def.Name)
+		return nil, sandbox.ErrPoolEmpty
 	}
 	r.miss(candidates[0].Name)
 	return nil, sandbox.ErrPoolEmpty
@@ -553,7 +581,7 @@ func (r *Runtime) handOver(ctx context.Context, pod *corev1.Pod, def *sandbox.Po
 	}
 	r.podWrite.wrote(taken)
 	fail := func(err error) (*sandbox.Sandbox, error) {
-		if rerr := r.remove(context.WithoutCancel(ctx), taken); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+		if rerr := r.remove(context.WithoutCancel(ctx), taken, false); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
 			r.log.Warn("remove a warm sandbox whose hand-over failed", "sandbox", id, "err", rerr)
 		}
 		return nil, err
@@ -614,6 +642,7 @@ func (r *Runtime) poolLoop(ctx context.Context) {
 	t := time.NewTicker(poolTick)
 	defer t.Stop()
 	for {
+		r.recordFailures(ctx)
 		r.tendPools(ctx)
 		select {
 		case <-ctx.Done():
@@ -621,6 +650,32 @@ func (r *Runtime) poolLoop(ctx context.Context) {
 		case <-t.C:
 		case <-r.poolWake:
 		}
+	}
+}
+
+// recordFailures writes the failure of every sandbox that has failed onto
+// its pod (annFailure), once, so that its status stays Failed: the
+// cluster keeps retrying what failed (schedules, pulls), and a sandbox
+// reported Failed must not come back to life under its user.
+func (r *Runtime) recordFailures(ctx context.Context) {
+	for _, pod := range r.allPods() {
+		if pod.Annotations[annFailure] != "" {
+			continue
+		}
+		st := r.view(pod).Status
+		if st.State != sandbox.StateFailed {
+			continue
+		}
+		b, _ := json.Marshal(failure{Reason: st.Reason, Message: st.Message, Since: st.Since})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annFailure: string(b)}}})
+		out, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				r.log.Warn("record a sandbox's failure", "sandbox", pod.Labels[labelID], "err", err)
+			}
+			continue
+		}
+		r.podWrite.wrote(out)
 	}
 }
 
@@ -746,8 +801,12 @@ func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, n int) {
 
 // discard removes a warm pod.
 func (r *Runtime) discard(ctx context.Context, pod *corev1.Pod, why string) {
-	r.log.Info("removing warm sandbox", "sandbox", pod.Labels[labelID], "pool", pod.Labels[labelPool], "why", why)
-	if err := r.remove(ctx, pod); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+	// Exactly the version judged: a pod a claim took since stays.
+	switch err := r.remove(ctx, pod, true); {
+	case err == nil:
+		r.log.Info("removed warm sandbox", "sandbox", pod.Labels[labelID], "pool", pod.Labels[labelPool], "why", why)
+	case errors.Is(err, errLost), errors.Is(err, sandbox.ErrNotFound):
+	default:
 		r.log.Warn("remove warm sandbox", "sandbox", pod.Labels[labelID], "err", err)
 	}
 }
