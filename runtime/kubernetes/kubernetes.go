@@ -314,7 +314,9 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				r.mu.Lock()
-				r.probe[uid] = up
+				if r.probe[uid] == probing { // not gone meanwhile
+					r.probe[uid] = up
+				}
 				if start, ok := r.starts[id]; ok {
 					delete(r.starts, id)
 					r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
