@@ -42,12 +42,13 @@ test-e2e: build images ## only the end-to-end tests against real containers and 
 	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m ./e2e/...
 
-bench: build images ## every performance harness, with the Docker engine alone as baseline; tables, JSON and PNG charts in bench/results (BENCH=quick: under 2 minutes)
+bench: build images ## every performance harness, with the Docker engine (or, on the make k8s-up cluster, a bare Pod) as baseline; tables, JSON and PNG charts in bench/results (BENCH=quick: under 2 minutes, 4 with the cluster up)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/serverbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/cpbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/codebench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/perfbench -mode $(BENCH) -out bench/results
+	$(GO) run ./bench/k8sbench -mode $(BENCH) -out bench/results
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@./scripts/fuzz.sh $${FUZZTIME:-30s}
