@@ -49,6 +49,10 @@ type poolState struct {
 	retryAt     time.Time
 	lastFailure time.Time
 	lastErr     string
+	// refilling is set when the pool's idle sandboxes fell below
+	// BufferMin, and cleared when they are back at BufferMax: starts are
+	// bounded per pass, so a refill takes several passes.
+	refilling bool
 }
 
 // claimClient calls execd's /claim; it never goes through a proxy.
@@ -589,8 +593,13 @@ func (r *Runtime) tendPools() {
 		}
 		have := len(available) + starting
 		total := allocated + have + staleStarting
-		want := 0
 		if have < c.BufferMin {
+			ps.refilling = true
+		} else if have >= c.BufferMax {
+			ps.refilling = false
+		}
+		want := 0
+		if ps.refilling {
 			want = c.BufferMax - have
 		}
 		if total+want < c.PoolMin {

@@ -354,3 +354,17 @@ func TestDeletePoolWhileFilling(t *testing.T) {
 		return len(cs) == 0
 	})
 }
+
+// TestPoolRefillsPastOnePass: a refill that needs more starts than one
+// pass makes (maxParallelStarts) goes on until BufferMax, though the
+// sandboxes started by the first pass already lift the pool above
+// BufferMin.
+func TestPoolRefillsPastOnePass(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	n := maxParallelStarts + 4
+	p := testPool("wide", 1, n, n)
+	if _, err := rt.CreatePool(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, rt, "wide", func(st sandbox.PoolStatus) bool { return st.Available == n })
+}

@@ -459,3 +459,20 @@ func TestGVisor(t *testing.T) {
 		t.Fatalf("dmesg in a gvisor sandbox does not mention gVisor:\n%s", out)
 	}
 }
+
+// TestPoolRefillsPastOnePass: a refill that needs more pods than one pass
+// starts (maxStartsPerTick) goes on until BufferMax.
+func TestPoolRefillsPastOnePass(t *testing.T) {
+	env := newTestEnv(t)
+	rt := env.runtime(t, env.config("wide"))
+	ctx := context.Background()
+	n := maxStartsPerTick + 4
+	if _, err := rt.CreatePool(ctx, sandbox.Pool{Name: "wide", Template: sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint},
+		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: n, PoolMax: n}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the pool fills to BufferMax", func() bool {
+		info, _ := rt.GetPool(ctx, "wide")
+		return info != nil && info.Status.Available == n
+	})
+}

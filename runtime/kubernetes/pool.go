@@ -69,6 +69,10 @@ type poolCount struct {
 	failures       int
 	retryAt        time.Time
 	lastErr        string
+	// refilling is set when the pool's idle pods fell below BufferMin,
+	// and cleared when they are back at BufferMax: starts are bounded per
+	// pass, so a refill takes several passes.
+	refilling bool
 }
 
 func (c *poolCounters) get(name string) *poolCount {
@@ -740,10 +744,18 @@ func (r *Runtime) tendPools(ctx context.Context) {
 		} else if len(available) > 0 {
 			pc.failures, pc.lastErr = 0, ""
 		}
+		idle := len(available) + starting
+		switch {
+		case idle < def.Capacity.BufferMin:
+			pc.refilling = true
+		case idle >= def.Capacity.BufferMax:
+			pc.refilling = false
+		}
+		refilling := pc.refilling
 		lastErr, retryAt := pc.lastErr, pc.retryAt
 		r.pools.mu.Unlock()
 		r.publishPoolError(ctx, cms[name], lastErr)
-		want := deficit(def.Capacity, len(available)+starting, len(available)+starting+allocated)
+		want := deficit(def.Capacity, idle, idle+allocated, refilling)
 		if want == 0 || now.Before(retryAt) {
 			continue
 		}
@@ -752,11 +764,12 @@ func (r *Runtime) tendPools(ctx context.Context) {
 }
 
 // deficit is how many pods a pool must start: idle (available and
-// starting) pods are refilled to BufferMax when they fall below
-// BufferMin, the pool holds at least PoolMin pods and at most PoolMax.
-func deficit(c sandbox.Capacity, idle, total int) int {
+// starting) pods are refilled to BufferMax once they fell below
+// BufferMin (refilling: until they are back at BufferMax), the pool holds
+// at least PoolMin pods and at most PoolMax.
+func deficit(c sandbox.Capacity, idle, total int, refilling bool) int {
 	want := 0
-	if idle < c.BufferMin {
+	if refilling || idle < c.BufferMin {
 		want = c.BufferMax - idle
 	}
 	if total+want < c.PoolMin {
