@@ -444,8 +444,10 @@ func (s *Server) volumes(in []api.Volume) ([]sandbox.Volume, error) {
 				return nil, err
 			}
 			// The runtime mounts the path as resolved here, and checks
-			// that no symlink appeared in it since.
+			// that no symlink appeared in it since; or, on other machines,
+			// the path as written.
 			vol.HostPath, vol.SubPath = p, ""
+			vol.HostPathAsWritten = filepath.Join(filepath.Clean(v.Host.Path), sub)
 		case v.PVC != nil:
 			c := v.PVC
 			if len(c.ClaimName) > 253 || !dnsLabelRE.MatchString(c.ClaimName) {

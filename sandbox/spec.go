@@ -61,8 +61,15 @@ type Volume struct {
 	// SubPath mounts a directory inside the volume instead of its root.
 	SubPath string
 	// HostPath is a directory of the host (allowed only under the
-	// server's configured prefixes).
+	// server's configured prefixes), with the server's symbolic links
+	// resolved.
 	HostPath string
+	// HostPathAsWritten is the same directory as the request wrote it,
+	// cleaned, links not resolved: a runtime whose mounts happen on
+	// other machines (Kubernetes nodes), where the server's links mean
+	// nothing, mounts this and lets the node keep it inside the
+	// allow-list.
+	HostPathAsWritten string
 	// Claim is a named volume (a Docker volume, a Kubernetes PVC).
 	Claim *Claim
 }

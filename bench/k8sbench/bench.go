@@ -31,12 +31,13 @@ const anchors = "anchors (not measured here): reference OpenSandbox pooled alloc
 // The kinds of create, in the order of the table.
 const (
 	kindCold = iota
+	kindColdNode
 	kindPooled
 	kindBase
 	numKinds
 )
 
-var kindNames = [numKinds]string{"cold", "pooled", "baseline"}
+var kindNames = [numKinds]string{"cold", "cold, execd from the node", "pooled", "baseline"}
 
 // The client's own steps, beside the pod's.
 const (
@@ -47,9 +48,10 @@ const (
 
 // kindSteps are the steps shown for each kind, in order.
 var kindSteps = [numKinds][]string{
-	kindCold:   {stepResponse, stepSeen, stepScheduled, stepInitRun, stepInit, stepStarted, stepReady, stepRunning, stepCommand},
-	kindPooled: {stepTaken, stepToken, stepHandedIn, stepResponse, stepCommand},
-	kindBase:   {stepSeen, stepScheduled, stepStarted, stepCommand},
+	kindCold:     {stepResponse, stepSeen, stepScheduled, stepInitRun, stepInit, stepStarted, stepReady, stepRunning, stepCommand},
+	kindColdNode: {stepResponse, stepSeen, stepScheduled, stepStarted, stepReady, stepRunning, stepCommand},
+	kindPooled:   {stepTaken, stepToken, stepHandedIn, stepResponse, stepCommand},
+	kindBase:     {stepSeen, stepScheduled, stepStarted, stepCommand},
 }
 
 // timedRun is one timed create to first command.
@@ -60,9 +62,12 @@ type timedRun struct {
 
 // bench holds what every step needs.
 type bench struct {
-	set      settings
-	cl       *cluster
-	srv      *server
+	set settings
+	cl  *cluster
+	srv *server
+	// nodeSrv is a second server whose pods mount execd from a directory
+	// of the node (execd_host_dir) instead of an init container.
+	nodeSrv  *server
 	watch    *podWatch
 	progress io.Writer
 
@@ -73,8 +78,11 @@ type bench struct {
 // baseline's, then the pooled creates, and returns the table's rows.
 func (b *bench) runAll(ctx context.Context) ([]row, error) {
 	t := time.Now()
-	if _, err := b.cold(ctx); err != nil {
+	if _, err := b.cold(ctx, b.srv, kindCold); err != nil {
 		return nil, fmt.Errorf("warm-up, cold create: %w", err)
+	}
+	if _, err := b.cold(ctx, b.nodeSrv, kindColdNode); err != nil {
+		return nil, fmt.Errorf("warm-up, cold create with execd from the node: %w", err)
 	}
 	if _, err := b.baseline(ctx, "warm-up"); err != nil {
 		return nil, fmt.Errorf("warm-up, baseline: %w", err)
@@ -83,17 +91,21 @@ func (b *bench) runAll(ctx context.Context) ([]row, error) {
 
 	t = time.Now()
 	for i := range b.set.creates {
-		r, err := b.cold(ctx)
+		r, err := b.cold(ctx, b.srv, kindCold)
 		if err != nil {
 			return nil, fmt.Errorf("cold create %d: %w", i+1, err)
 		}
 		b.runs[kindCold] = append(b.runs[kindCold], r)
+		if r, err = b.cold(ctx, b.nodeSrv, kindColdNode); err != nil {
+			return nil, fmt.Errorf("cold create with execd from the node %d: %w", i+1, err)
+		}
+		b.runs[kindColdNode] = append(b.runs[kindColdNode], r)
 		if r, err = b.baseline(ctx, fmt.Sprintf("base-%d", i)); err != nil {
 			return nil, fmt.Errorf("baseline %d: %w", i+1, err)
 		}
 		b.runs[kindBase] = append(b.runs[kindBase], r)
 	}
-	fmt.Fprintf(b.progress, "k8sbench: %d cold creates and %d baseline pods took %.1f s\n", b.set.creates, b.set.creates, time.Since(t).Seconds())
+	fmt.Fprintf(b.progress, "k8sbench: 2 x %d cold creates and %d baseline pods took %.1f s\n", b.set.creates, b.set.creates, time.Since(t).Seconds())
 
 	t = time.Now()
 	if err := b.pooledAll(ctx); err != nil {
@@ -103,26 +115,27 @@ func (b *bench) runAll(ctx context.Context) ([]row, error) {
 	return b.rows(), nil
 }
 
-// cold times one cold create to first command and deletes the sandbox.
-func (b *bench) cold(ctx context.Context) (timedRun, error) {
+// cold times one cold create to first command through srv and deletes
+// the sandbox.
+func (b *bench) cold(ctx context.Context, srv *server, kind int) (timedRun, error) {
 	start := time.Now()
-	id, state, err := b.srv.create(ctx, coldRequest())
+	id, state, err := srv.create(ctx, coldRequest())
 	if err != nil {
 		return timedRun{}, err
 	}
 	answered := time.Now()
 	if state != "Running" {
-		err = b.srv.waitRunning(ctx, id)
+		err = srv.waitRunning(ctx, id)
 	}
 	running := time.Now()
 	if err == nil {
-		err = b.srv.command(ctx, id, "true")
+		err = srv.command(ctx, id, "true")
 	}
 	end := time.Now()
-	r := b.stepsOf("osb-"+id, start, kindCold)
+	r := b.stepsOf("osb-"+id, start, kind)
 	r.total = end.Sub(start)
 	r.steps[stepResponse], r.steps[stepRunning], r.steps[stepCommand] = answered.Sub(start), running.Sub(start), r.total
-	return r, errors.Join(err, b.deleteSandbox(ctx, id))
+	return r, errors.Join(err, b.deleteSandbox(ctx, srv, id))
 }
 
 // baseline times one bare pod to first command and deletes the pod.
@@ -182,7 +195,7 @@ func (b *bench) pooledAll(ctx context.Context) (retErr error) {
 		}
 		end := time.Now()
 		if err != nil {
-			return errors.Join(fmt.Errorf("pooled create %d: %w", i+1, err), b.deleteSandbox(ctx, id))
+			return errors.Join(fmt.Errorf("pooled create %d: %w", i+1, err), b.deleteSandbox(ctx, b.srv, id))
 		}
 		// The watch may see the hand-over's last write after the client
 		// has its answer.
@@ -191,7 +204,7 @@ func (b *bench) pooledAll(ctx context.Context) (retErr error) {
 		r.total = end.Sub(start)
 		r.steps[stepResponse], r.steps[stepCommand] = answered.Sub(start), r.total
 		b.runs[kindPooled] = append(b.runs[kindPooled], r)
-		if err := b.deleteSandbox(ctx, id); err != nil {
+		if err := b.deleteSandbox(ctx, b.srv, id); err != nil {
 			return err
 		}
 	}
@@ -212,9 +225,9 @@ func (b *bench) stepsOf(pod string, start time.Time, kind int) timedRun {
 // deleteSandbox deletes a sandbox through the server and waits until its
 // pod is gone, so that the next run does not share the node with its
 // teardown.
-func (b *bench) deleteSandbox(ctx context.Context, id string) error {
+func (b *bench) deleteSandbox(ctx context.Context, srv *server, id string) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := b.srv.delete(ctx, id); err != nil {
+	if err := srv.delete(ctx, id); err != nil {
 		return err
 	}
 	_, err := b.watch.wait(ctx, "osb-"+id, stepGone, time.Minute)
@@ -273,6 +286,8 @@ func (b *bench) rows() []row {
 	}
 	cold := mk("create to first command, cold, p50 (p99)", totals(b.runs[kindCold]),
 		fmt.Sprintf("%d runs alternating with the baseline's; busybox, sleep, 500m/256Mi", n))
+	coldNode := mk("create to first command, cold, execd from the node, p50 (p99)", totals(b.runs[kindColdNode]),
+		fmt.Sprintf("%d runs; execd_host_dir: the pod mounts execd from the node, no init container", n))
 	pooledDs := totals(b.runs[kindPooled])
 	pooled := mk("create to first command, pooled, p50 (p99)", pooledDs,
 		fmt.Sprintf("%d runs, each from a full pool of %d (refilled between runs); pooled p50 / target = %.2f; %s",
@@ -282,7 +297,7 @@ func (b *bench) rows() []row {
 	baseline := row{Name: "baseline: " + baseName + ", p50 (p99)", Unit: "ms",
 		Value: report.Percentile(base, 0.5), P99: report.Percentile(base, 0.99),
 		Note: spread(base) + fmt.Sprintf("; kubectl run + kubectl exec true, through client-go (watch until the container runs, exec over WebSocket); %d runs", n)}
-	return []row{cold, pooled, baseline}
+	return []row{cold, coldNode, pooled, baseline}
 }
 
 // printPhases prints, per kind of create, the median time from the create

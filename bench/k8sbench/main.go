@@ -117,18 +117,24 @@ func run(ctx context.Context, set settings, mode, out, kubeconfig, serverLog str
 		defer f.Close()
 		logTo, level = f, "debug"
 	}
-	srv, err := startServer(ctx, cl, logTo, level)
+	srv, err := startServer(ctx, cl, logTo, level, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8sbench:", err)
 		return 1
 	}
 	defer srv.stop()
+	nodeSrv, err := startServer(ctx, cl, logTo, level, true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8sbench:", err)
+		return 1
+	}
+	defer nodeSrv.stop()
 	w, err := cl.watchPods(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8sbench:", err)
 		return 1
 	}
-	b := &bench{set: set, cl: cl, srv: srv, watch: w, progress: os.Stderr}
+	b := &bench{set: set, cl: cl, srv: srv, nodeSrv: nodeSrv, watch: w, progress: os.Stderr}
 	rows, err := b.runAll(ctx)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "k8sbench: interrupted; deleting the namespace")

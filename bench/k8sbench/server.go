@@ -48,7 +48,10 @@ func randomHex(n int) string {
 // startServer builds the server into a temporary directory and starts it
 // on a free loopback port, on the Kubernetes runtime in the cluster's
 // namespace. Its log goes to logTo at logLevel.
-func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel string) (_ *server, retErr error) {
+// With nodeExecd, it also builds execd beside the server and sets
+// execd_host_dir to that directory (this machine is the node), under a
+// label scope of its own.
+func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel string, nodeExecd bool) (_ *server, retErr error) {
 	dir, err := os.MkdirTemp("", "k8sbench-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
@@ -64,6 +67,18 @@ func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel str
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build the server: %v\n%s", err, out)
+	}
+	scope, extra := "k8sbench", ""
+	if nodeExecd {
+		execd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/", "./cmd/execd")
+		execd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := execd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build execd: %v\n%s", err, out)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
+		scope, extra = "k8sbench-node", fmt.Sprintf("execd_host_dir = %q\n", dir)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,12 +97,12 @@ type = "kubernetes"
 [runtime.kubernetes]
 kubeconfig = %q
 namespace = %q
-label_scope = "k8sbench"
+label_scope = %q
 image_pull_policy = "IfNotPresent"
 cpu_request = %q
 memory_request = %q
 start_timeout = "2m"
-`, addr, s.key, logLevel, cl.kubeconfig, cl.ns, cpuRequest, memoryRequest)
+%s`, addr, s.key, logLevel, cl.kubeconfig, cl.ns, scope, cpuRequest, memoryRequest, extra)
 	cfgPath := filepath.Join(dir, "sandbox.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, fmt.Errorf("write the server's configuration: %w", err)

@@ -34,8 +34,7 @@ func testKubeconfig(t testing.TB) string {
 	t.Helper()
 	path := os.Getenv("OSB_TEST_KUBECONFIG")
 	if path == "" {
-		_, file, _, _ := runtime.Caller(0)
-		path = filepath.Join(filepath.Dir(file), "..", "..", ".k8s", "kubeconfig")
+		path = filepath.Join(moduleRoot(), ".k8s", "kubeconfig")
 	}
 	if _, err := os.Stat(path); err != nil {
 		testenv.Missing(t, "no test cluster (%v); start one with make k8s-up", err)
@@ -47,6 +46,12 @@ func testKubeconfig(t testing.TB) string {
 		testenv.Missing(t, "the test cluster does not answer (%v); start it with make k8s-up", err)
 	}
 	return path
+}
+
+// moduleRoot is the repository's root directory.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 func clientFor(t testing.TB, kubeconfig string) kubernetes.Interface {

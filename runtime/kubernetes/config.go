@@ -31,6 +31,13 @@ type Config struct {
 	// ExecdImage is the image the sandbox pods' init container copies
 	// execd from (its /execd). Default "opensandbox/execd:latest".
 	ExecdImage string `toml:"execd_image"`
+	// ExecdHostDir, when set, is a directory present on every node that
+	// holds the static execd (put there by node provisioning or a
+	// DaemonSet): sandbox pods mount it read-only instead of copying
+	// execd from ExecdImage with an init container, which saves the
+	// kubelet's wait for the init container's exit (most of a cold
+	// create). The node's execd must match the server's version.
+	ExecdHostDir string `toml:"execd_host_dir"`
 	// ImagePullPolicy applies to sandbox images: "IfNotPresent"
 	// (default), "Always" or "Never".
 	ImagePullPolicy string `toml:"image_pull_policy"`
@@ -155,6 +162,9 @@ func (c *Config) Validate() error {
 		if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
 			return fmt.Errorf("runtime.kubernetes.namespace: %q: %s", c.Namespace, strings.Join(errs, "; "))
 		}
+	}
+	if c.ExecdHostDir != "" && !strings.HasPrefix(c.ExecdHostDir, "/") {
+		return fmt.Errorf("runtime.kubernetes.execd_host_dir: %q is not an absolute path", c.ExecdHostDir)
 	}
 	if c.RuntimeClassName != "" && !slices.Contains(c.AllowedRuntimeClasses, c.RuntimeClassName) {
 		return fmt.Errorf("runtime.kubernetes.runtime_class_name: %q is not in allowed_runtime_classes", c.RuntimeClassName)

@@ -66,6 +66,7 @@ type Runtime struct {
 	wg     sync.WaitGroup
 
 	leading atomic.Bool
+	term    atomic.Uint64 // counts the terms won, so an old one never ends a new one
 	// terms carries each term this replica leads to housekeep.
 	terms chan context.Context
 	// probe is execd's readiness as this replica saw it, by pod UID:
@@ -135,7 +136,7 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		ctx:      ctx, cancel: cancel,
 		probe:    map[types.UID]probeState{},
 		starts:   map[sandbox.ID]time.Time{},
-		pools:    poolCounters{byName: map[string]*poolCount{}},
+		pools:    poolCounters{byName: map[string]*poolCount{}, failedPods: map[types.UID]bool{}},
 		poolWake: make(chan struct{}, 1),
 		terms:    make(chan context.Context),
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
@@ -276,6 +277,9 @@ func (r *Runtime) podGone(obj any) {
 		return
 	}
 	r.podWrite.gone(pod.Name)
+	r.pools.mu.Lock()
+	delete(r.pools.failedPods, pod.UID)
+	r.pools.mu.Unlock()
 	r.mu.Lock()
 	delete(r.probe, pod.UID)
 	delete(r.starts, sandbox.ID(pod.Labels[labelID]))
@@ -501,6 +505,9 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 		r.deleteClaims(context.WithoutCancel(ctx), owned)
 		return nil, err
 	}
+	if len(owned) > 0 {
+		r.ownClaims(ctx, created, owned)
+	}
 	r.log.Info("sandbox created", "sandbox", id, "image", spec.Image)
 	return r.view(created), nil
 }
@@ -549,15 +556,17 @@ func apiError(doing string, err error) error {
 	case apierrors.IsForbidden(err):
 		msg := err.Error()
 		switch {
-		case strings.Contains(msg, "violates PodSecurity"), strings.Contains(msg, "admission webhook"), strings.Contains(msg, "denied the request"):
-			// An admission policy refuses the pod as asked: retrying
-			// will not help.
-			return sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::POLICY_VIOLATION", fmt.Sprintf("%s: the cluster's policy refuses it: %v", doing, err))
 		case strings.Contains(msg, "exceeded quota"):
+			// Frees up as sandboxes go.
 			return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::QUOTA_EXCEEDED", fmt.Sprintf("%s: %v", doing, err))
+		case strings.Contains(msg, "User \"") && strings.Contains(msg, " cannot "):
+			// This server's own permissions (RBAC).
+			return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::FORBIDDEN", fmt.Sprintf("%s: %v", doing, err))
 		}
-		// Missing permissions.
-		return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::FORBIDDEN", fmt.Sprintf("%s: %v", doing, err))
+		// An admission policy (Pod Security, a webhook, a validating
+		// policy, a LimitRange) refuses the pod as asked: retrying will
+		// not help.
+		return sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::POLICY_VIOLATION", fmt.Sprintf("%s: the cluster's policy refuses it: %v", doing, err))
 	default:
 		kind = sandbox.ErrUnavailable
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -475,4 +477,37 @@ func TestPoolRefillsPastOnePass(t *testing.T) {
 		info, _ := rt.GetPool(ctx, "wide")
 		return info != nil && info.Status.Available == n
 	})
+}
+
+// TestExecdFromHostDir: with execd_host_dir, pods mount execd from the
+// node and have no init container.
+func TestExecdFromHostDir(t *testing.T) {
+	env := newTestEnv(t)
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/execd", "./cmd/execd")
+	build.Dir = moduleRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build execd: %v\n%s", err, out)
+	}
+	cfg := env.config("hostdir")
+	cfg.ExecdHostDir = dir // this machine is the node
+	rt := env.runtime(t, cfg)
+	ctx := context.Background()
+	id := sandbox.NewID()
+	if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint}); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
+	pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil || len(pod.Spec.InitContainers) != 0 {
+		t.Fatalf("pod: %v, init containers %d", err, len(pod.Spec.InitContainers))
+	}
+	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := runCommand(t, ep, "echo from-node-execd"); !strings.Contains(out, "from-node-execd") {
+		t.Fatalf("command: %s", out)
+	}
 }

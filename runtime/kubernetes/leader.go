@@ -53,13 +53,16 @@ func (r *Runtime) elect() {
 // replica wins the lease; ctx ends with the term. It hands the term to
 // the runtime's housekeeping goroutine and reports leading meanwhile.
 func (r *Runtime) lead(ctx context.Context) {
+	term := r.term.Add(1)
 	r.leading.Store(true)
 	select {
 	case r.terms <- ctx:
 	case <-ctx.Done():
 	}
 	<-ctx.Done()
-	r.leading.Store(false)
+	if r.term.Load() == term { // not a later term's
+		r.leading.Store(false)
+	}
 }
 
 // housekeep runs the leader's loops for each term this replica wins,

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -199,7 +200,12 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	noEscalation := false
 	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	mounts := []corev1.VolumeMount{{Name: volumeExecd, MountPath: execdDir, ReadOnly: true}}
-	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeExecd, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	execdSource := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if cfg.ExecdHostDir != "" {
+		dir := corev1.HostPathDirectory
+		execdSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.ExecdHostDir, Type: &dir}}
+	}
+	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeExecd, VolumeSource: execdSource})
 	for i, v := range spec.Volumes {
 		vol, mount, err := volumeFor(i, cfg.HostPathAllowlist, &v)
 		if err != nil {
@@ -224,6 +230,9 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 			SeccompProfile:           seccomp,
 		},
 	}}
+	if cfg.ExecdHostDir != "" {
+		ps.InitContainers = nil // execd is on the node already
+	}
 	ps.Containers = []corev1.Container{{
 		Name:            containerSandbox,
 		Image:           spec.Image,
@@ -339,7 +348,7 @@ func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.
 	mount := corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath}
 	switch {
 	case v.HostPath != "":
-		full := path.Join(v.HostPath, v.SubPath)
+		full := path.Join(cmp.Or(v.HostPathAsWritten, v.HostPath), v.SubPath)
 		root := ""
 		for _, a := range allow {
 			a = path.Clean(a)
@@ -470,7 +479,11 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) san
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			// The scheduler retries: capacity may be freed, a node added,
-			// a volume bound. Past the schedule timeout it is a failure.
+			// a volume bound. Past the schedule timeout (or the start
+			// timeout) it is a failure.
+			if to.start > 0 && now.Sub(created) > to.start {
+				return st(sandbox.StateFailed, "START_TIMEOUT", fmt.Sprintf("the sandbox did not start within %v: no node can run it: %s", to.start, c.Message), created.Add(to.start))
+			}
 			if now.Sub(created) >= to.schedule {
 				return st(sandbox.StateFailed, "UNSCHEDULABLE", "no node can run the sandbox: "+c.Message, c.LastTransitionTime.Time)
 			}
@@ -510,13 +523,17 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) san
 		if up {
 			return st(sandbox.StateRunning, "EXECD_READY", "", time.Time{})
 		}
-		// A sandbox that has run and stops answering the probe is not
-		// declared dead: its node may be unreachable, or execd busy.
-		if started := containerStarted(pod); !started.IsZero() && now.Sub(started) > notReadyGrace {
-			return st(sandbox.StateUnknown, "EXECD_NOT_READY", "execd does not answer the kubelet's probe", time.Time{})
+		// A sandbox that was Ready and stops answering the probe is not
+		// declared dead: its node may be unreachable, or execd busy. It
+		// stays Running for a grace period, then is Unknown.
+		if lost := readinessLost(pod); !lost.IsZero() {
+			if now.Sub(lost) < notReadyGrace {
+				return st(sandbox.StateRunning, "EXECD_NOT_READY", "execd does not answer the kubelet's probe since "+lost.UTC().Format(time.RFC3339), lost)
+			}
+			return st(sandbox.StateUnknown, "EXECD_NOT_READY", "execd does not answer the kubelet's probe since "+lost.UTC().Format(time.RFC3339), lost)
 		}
 	}
-	if to.start > 0 && now.Sub(created) > to.start && containerStarted(pod).IsZero() {
+	if to.start > 0 && now.Sub(created) > to.start {
 		return st(sandbox.StateFailed, "START_TIMEOUT", fmt.Sprintf("the sandbox did not start within %v", to.start), created.Add(to.start))
 	}
 	reason, msg := "POD_PENDING", ""
@@ -559,6 +576,22 @@ func terminatedText(pod *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// readinessLost returns when a pod that was Ready stopped being so, or
+// zero: the Ready condition is False since after the sandbox container
+// started (a pod never Ready has been not Ready since before).
+func readinessLost(pod *corev1.Pod) time.Time {
+	started := containerStarted(pod)
+	if started.IsZero() {
+		return time.Time{}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && c.LastTransitionTime.After(started) {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // containerStarted returns when the sandbox container started running,

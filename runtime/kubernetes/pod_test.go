@@ -48,7 +48,9 @@ spec:
 		Env:       map[string]string{"B": "2", "A": "1", envExecdToken: "smuggled"},
 		Metadata:  map[string]string{"team": "x", "with space": "y"},
 		Resources: sandbox.Resources{CPUMillis: 2000, MemoryBytes: 64 << 20},
-		Volumes:   []sandbox.Volume{{Name: "data", MountPath: "/data", HostPath: "/srv/data", SubPath: "a"}},
+		Volumes: []sandbox.Volume{{Name: "data", MountPath: "/data", SubPath: "a",
+			// The server resolved a link of its own; the node does not share it.
+			HostPath: "/mnt/elsewhere/data", HostPathAsWritten: "/srv/data"}},
 		Platform:  &sandbox.Platform{OS: "linux", Arch: "arm64"},
 		ExpiresAt: &exp,
 	}
@@ -172,11 +174,28 @@ func TestStatusOf(t *testing.T) {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 			p.Annotations[annFailure] = `{"reason":"UNSCHEDULABLE","message":"no node"}`
 		}, true, created, sandbox.StateFailed, "UNSCHEDULABLE"},
-		{"not ready after running", func(p *corev1.Pod) {
+		{"never ready, container running", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, State: corev1.ContainerState{
+				Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created.Add(time.Second))}}}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(created)}}
+		}, false, created.Add(time.Hour), sandbox.StateFailed, "START_TIMEOUT"},
+		{"readiness lost a moment ago", func(p *corev1.Pod) {
 			p.Status.Phase = corev1.PodRunning
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, State: corev1.ContainerState{
 				Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created)}}}}
-		}, false, created.Add(time.Hour), sandbox.StateUnknown, "EXECD_NOT_READY"},
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(created.Add(2 * time.Hour))}}
+		}, false, created.Add(2*time.Hour + 5*time.Second), sandbox.StateRunning, "EXECD_NOT_READY"},
+		{"readiness lost for long", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, State: corev1.ContainerState{
+				Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created)}}}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(created.Add(time.Hour))}}
+		}, false, created.Add(2 * time.Hour), sandbox.StateUnknown, "EXECD_NOT_READY"},
+		{"unschedulable past the start timeout", func(p *corev1.Pod) {
+			p.Spec.NodeName = ""
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes"}}
+		}, false, created.Add(11 * time.Minute), sandbox.StateFailed, "START_TIMEOUT"},
 		{"pulling", func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")}
 		}, false, created, sandbox.StatePending, "CONTAINER_CREATING"},
@@ -218,7 +237,11 @@ func TestStatusOf(t *testing.T) {
 	for _, c := range cases {
 		pod := base()
 		c.mod(pod)
-		st := statusOf(pod, c.up, created, c.now, timeouts{start: 10 * time.Minute, schedule: 15 * time.Second})
+		to := timeouts{start: 10 * time.Minute, schedule: 15 * time.Second}
+		if strings.Contains(c.name, "past the start timeout") {
+			to.schedule = time.Hour // a schedule timeout longer than the start timeout
+		}
+		st := statusOf(pod, c.up, created, c.now, to)
 		if st.State != c.state || st.Reason != c.reason {
 			t.Errorf("%s: %s %s (%s), want %s %s", c.name, st.State, st.Reason, st.Message, c.state, c.reason)
 		}

@@ -62,6 +62,9 @@ type poolCounters struct {
 	// claiming holds the warm pods this replica's claims are taking, so
 	// that two claims of one replica do not race for the same pod.
 	claiming map[string]bool
+	// failedPods holds the warm pods whose failure was counted, so that
+	// one that takes more than a pass to remove is counted once.
+	failedPods map[types.UID]bool
 }
 
 type poolCount struct {
@@ -431,8 +434,16 @@ func satisfies(p *sandbox.Pool, spec *sandbox.Spec) bool {
 		!spec.SecureAccess && spec.NetworkPolicy == nil && spec.Extensions[extRuntimeClass] == ""
 }
 
-// errLost is a claim that another claim won.
-var errLost = errors.New("another claim took the warm sandbox first")
+// errLost is a claim that another claim won; errNotTaken a warm pod a
+// claim could not take for another reason (its token not known yet, the
+// API server refusing), which another pod may not share.
+var (
+	errLost     = errors.New("another claim took the warm sandbox first")
+	errNotTaken = errors.New("the warm sandbox could not be taken")
+)
+
+// handOverFailed starts a pool's error set by a failed hand-over.
+const handOverFailed = "hand-over failed: "
 
 // Claim hands out a ready warm pod. The pod is taken by an update that
 // removes its warm label with the pod's resourceVersion as precondition,
@@ -466,8 +477,9 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			return nil, sandbox.ErrPoolEmpty
 		}
 	}
+	lost := map[string]bool{} // pods other claims took first
 	for try := 0; try < claimTries; try++ {
-		pod, def := r.pickWarm(candidates)
+		pod, def := r.pickWarm(candidates, lost)
 		if pod == nil {
 			break
 		}
@@ -479,19 +491,27 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 		switch {
 		case err == nil:
 			r.pools.mu.Lock()
-			r.pools.get(def.Name).claims++
+			pc := r.pools.get(def.Name)
+			pc.claims++
+			if strings.HasPrefix(pc.lastErr, handOverFailed) {
+				pc.lastErr = ""
+			}
 			r.pools.mu.Unlock()
 			r.cfg.Observer.PoolClaim(def.Name, true)
 			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
 			return sb, nil
-		case errors.Is(err, errLost):
-			// Another claim won this pod: try another.
+		case errors.Is(err, errLost), errors.Is(err, errNotTaken):
+			// Another claim won this pod, or it could not be taken: try
+			// another.
+			lost[pod.Name] = true
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			continue
 		case errors.Is(err, sandbox.ErrInvalid):
 			return nil, err
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
 		}
 		// The pod was taken but could not be handed over (execd
 		// unreachable, the API server failing): it was removed. Trying
@@ -499,7 +519,7 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 		// create goes cold instead.
 		r.log.Warn("warm sandbox could not be handed over; creating cold", "pool", def.Name, "pod", pod.Name, "err", err)
 		r.pools.mu.Lock()
-		r.pools.get(def.Name).lastErr = "hand-over failed: " + err.Error()
+		r.pools.get(def.Name).lastErr = handOverFailed + err.Error()
 		r.pools.mu.Unlock()
 		r.miss(def.Name)
 		return nil, sandbox.ErrPoolEmpty
@@ -519,7 +539,7 @@ func (r *Runtime) miss(pool string) {
 // pickWarm chooses a ready warm pod of the first candidate pool that has
 // one, at random so that claims on several replicas seldom collide, and
 // marks it as being claimed by this replica.
-func (r *Runtime) pickWarm(candidates []*sandbox.Pool) (*corev1.Pod, *sandbox.Pool) {
+func (r *Runtime) pickWarm(candidates []*sandbox.Pool, skip map[string]bool) (*corev1.Pod, *sandbox.Pool) {
 	pods := r.allPods()
 	r.pools.mu.Lock()
 	defer r.pools.mu.Unlock()
@@ -531,7 +551,7 @@ func (r *Runtime) pickWarm(candidates []*sandbox.Pool) (*corev1.Pod, *sandbox.Po
 		var ready []*corev1.Pod
 		for _, pod := range pods {
 			if pod.Labels[labelPool] != p.Name || pod.Labels[labelWarm] == "" || pod.Annotations[annRevision] != rev ||
-				r.pools.claiming[pod.Name] || pod.Status.PodIP == "" {
+				r.pools.claiming[pod.Name] || skip[pod.Name] || pod.Status.PodIP == "" {
 				continue
 			}
 			if r.view(pod).Status.State == sandbox.StateRunning {
@@ -554,9 +574,9 @@ func (r *Runtime) pickWarm(candidates []*sandbox.Pool) (*corev1.Pod, *sandbox.Po
 // the mark. A pod whose hand-over fails after it was taken is removed.
 func (r *Runtime) handOver(ctx context.Context, pod *corev1.Pod, def *sandbox.Pool, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
 	id := sandbox.ID(pod.Labels[labelID])
-	oldToken := r.token(id)
-	if oldToken == "" {
-		return nil, fmt.Errorf("warm sandbox %s has no token yet", id)
+	oldToken, err := r.tokenFor(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotTaken, err)
 	}
 	entrypoint := spec.Entrypoint
 	if len(entrypoint) == 0 {
@@ -581,7 +601,7 @@ func (r *Runtime) handOver(ctx context.Context, pod *corev1.Pod, def *sandbox.Po
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil, errLost
 		}
-		return nil, apiError("take the warm sandbox", err)
+		return nil, fmt.Errorf("%w: %v", errNotTaken, apiError("take the warm sandbox", err))
 	}
 	r.podWrite.wrote(taken)
 	fail := func(err error) (*sandbox.Sandbox, error) {
@@ -657,29 +677,49 @@ func (r *Runtime) poolLoop(ctx context.Context) {
 	}
 }
 
+// maxFailureRecords bounds the failures one pass records, so that a mass
+// failure (a registry outage) does not hold the pools' refill up.
+const maxFailureRecords = 16
+
 // recordFailures writes the failure of every sandbox that has failed onto
 // its pod (annFailure), once, so that its status stays Failed: the
 // cluster keeps retrying what failed (schedules, pulls), and a sandbox
-// reported Failed must not come back to life under its user.
+// reported Failed must not come back to life under its user. A pod that
+// has not finished also gets activeDeadlineSeconds, so that if a node
+// does take it later, the kubelet stops it at once instead of running the
+// user's code unseen. Each write has the judged version as precondition:
+// a pod that changed since (scheduled after all) is judged again. Warm
+// pods are the pool loop's.
 func (r *Runtime) recordFailures(ctx context.Context) {
+	n := 0
 	for _, pod := range r.allPods() {
-		if pod.Annotations[annFailure] != "" {
+		if n == maxFailureRecords {
+			return
+		}
+		if pod.Annotations[annFailure] != "" || pod.Labels[labelWarm] != "" {
 			continue
 		}
 		st := r.view(pod).Status
 		if st.State != sandbox.StateFailed {
 			continue
 		}
+		n++
 		b, _ := json.Marshal(failure{Reason: st.Reason, Message: st.Message, Since: st.Since})
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annFailure: string(b)}}})
+		meta := map[string]any{"resourceVersion": pod.ResourceVersion, "annotations": map[string]string{annFailure: string(b)}}
+		body := map[string]any{"metadata": meta}
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.Spec.ActiveDeadlineSeconds == nil {
+			body["spec"] = map[string]any{"activeDeadlineSeconds": 1}
+		}
+		patch, _ := json.Marshal(body)
 		out, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil {
-			if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 				r.log.Warn("record a sandbox's failure", "sandbox", pod.Labels[labelID], "err", err)
 			}
 			continue
 		}
 		r.podWrite.wrote(out)
+		r.log.Info("sandbox failed", "sandbox", pod.Labels[labelID], "reason", st.Reason, "message", st.Message)
 	}
 }
 
@@ -715,7 +755,11 @@ func (r *Runtime) tendPools(ctx context.Context) {
 					allocated++
 				}
 			case dead:
-				if pod.Annotations[annRevision] == rev {
+				r.pools.mu.Lock()
+				seen := r.pools.failedPods[pod.UID]
+				r.pools.failedPods[pod.UID] = true
+				r.pools.mu.Unlock()
+				if pod.Annotations[annRevision] == rev && !seen {
 					failed = append(failed, cmp.Or(st.Reason+": "+st.Message, st.Reason))
 				}
 				r.discard(ctx, pod, "it failed: "+st.Reason)

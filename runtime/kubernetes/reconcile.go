@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -156,6 +157,20 @@ func claimFor(cfg *Config, ns string, id sandbox.ID, c *sandbox.Claim) (*corev1.
 		pvc.Spec.StorageClassName = &sc
 	}
 	return pvc, nil
+}
+
+// ownClaims makes the sandbox's pod the owner of the volume claims made
+// for it, so that the cluster's garbage collector removes them with the
+// pod even when the pod goes without this server (kubectl delete, an
+// eviction).
+func (r *Runtime) ownClaims(ctx context.Context, pod *corev1.Pod, names []string) {
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}})
+	for _, name := range names {
+		if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			r.log.Warn("make the sandbox the owner of its volume claim", "claim", name, "err", err)
+		}
+	}
 }
 
 // deleteClaims deletes volume claims made for a sandbox.
