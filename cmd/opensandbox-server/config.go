@@ -361,6 +361,9 @@ kubeconfig = ""
 namespace = ""
 # Image whose /execd an init container copies into every sandbox pod.
 execd_image = "opensandbox/execd:latest"
+# Or a directory on every node that holds execd (same version as this
+# server): pods mount it and start faster, with no init container.
+execd_host_dir = ""
 # Pull policy of sandbox images: IfNotPresent, Always or Never.
 image_pull_policy = "IfNotPresent"
 # RuntimeClass of sandbox pods ("" for the cluster's default, e.g.
