@@ -262,6 +262,31 @@ func (sess *ptySession) attached() bool {
 	return sess.client != nil
 }
 
+// detachGrace is how long an attach without takeover waits for the
+// attached client to go: a client that has just closed its connection
+// (detached to reattach) still holds the session until its close has been
+// read, and its successor must not be refused for that.
+const detachGrace = 500 * time.Millisecond
+
+// freeWithin reports whether the session has no client, waiting up to d
+// for the attached one to go.
+func (sess *ptySession) freeWithin(d time.Duration) bool {
+	sess.mu.Lock()
+	c := sess.client
+	sess.mu.Unlock()
+	if c == nil {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.gone:
+		return true
+	case <-t.C:
+		return !sess.attached()
+	}
+}
+
 // createPTY serves POST /pty: it records a session whose shell starts on
 // the first attach.
 func (s *Server) createPTY(w http.ResponseWriter, r *http.Request) error {

@@ -535,6 +535,19 @@ func TestPTYTakeover(t *testing.T) {
 	b.shell(`echo "x=$X"`, "x=42")
 }
 
+// TestPTYReattachRightAfterClose: a client that closes its connection and
+// at once attaches again (detach, reattach) is not refused because its
+// own close has not been read yet.
+func TestPTYReattachRightAfterClose(t *testing.T) {
+	_, tc := newTestServer(t, nil)
+	id := createPTY(t, tc, nil)
+	for i := range 20 {
+		a := dialPTY(t, tc, id, "")
+		a.shell(fmt.Sprintf("echo round-$((%d))", i), fmt.Sprintf("round-%d", i))
+		a.conn.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
 // TestPTYTakeoverStuckClient takes over from a client that never lets go:
 // after takeoverWait it is cut off, and the output it held up flows to the
 // new client.

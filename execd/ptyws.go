@@ -83,7 +83,7 @@ func (s *Server) attachPTY(w http.ResponseWriter, r *http.Request) error {
 	}
 	pipe := q.Get("pty") == "0" || q.Get("pty") == "false"
 	takeover := q.Get("takeover") == "1"
-	if !takeover && sess.attached() {
+	if !takeover && !sess.freeWithin(detachGrace) {
 		return httpx.Errorf(http.StatusConflict, api.CodeAlreadyConnected, "pty session %s already has a client; use takeover=1", sess.id)
 	}
 
@@ -261,6 +261,9 @@ func (c *ptyClient) attach(s *Server, since int64, pipe, takeover bool) (ptyAtta
 		}
 		sess.mu.Unlock()
 		if !takeover {
+			if sess.freeWithin(detachGrace) {
+				continue
+			}
 			return ptyAttachment{}, &ptyAttachError{wsAlreadyConnected, "another client is attached; use takeover=1", websocket.StatusPolicyViolation, "already connected"}
 		}
 		old.giveWay()
