@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 )
 
@@ -82,4 +83,74 @@ type Pooler interface {
 	// entrypoint and environment when spec has none). The sandbox keeps the
 	// id it was started with. With none ready it returns ErrPoolEmpty.
 	Claim(ctx context.Context, pool string, spec Spec) (*Sandbox, error)
+}
+
+func poolInvalid(msg string) error { return Coded(ErrInvalid, "POOL::INVALID_PARAMETER", msg) }
+
+// Check refuses a pool that cannot work, whatever the runtime: no name,
+// no image, capacity values negative or out of order, or a template with
+// more than image, entrypoint, environment and resources.
+func (p *Pool) Check() error {
+	c := p.Capacity
+	switch {
+	case p.Name == "":
+		return poolInvalid("a pool needs a name")
+	case p.Template.Image == "":
+		return poolInvalid("the pool's template needs an image")
+	case c.BufferMin < 0 || c.BufferMax < 0 || c.PoolMin < 0 || c.PoolMax < 0:
+		return poolInvalid("capacity values must not be negative")
+	case c.BufferMin > c.BufferMax:
+		return poolInvalid("bufferMin must not exceed bufferMax")
+	case c.PoolMin > c.PoolMax:
+		return poolInvalid("poolMin must not exceed poolMax")
+	case c.BufferMax > c.PoolMax:
+		return poolInvalid("bufferMax must not exceed poolMax")
+	}
+	if len(p.Template.Volumes) > 0 || p.Template.SnapshotID != "" || p.Template.ImageAuth != nil {
+		return poolInvalid("a pool's template takes image, entrypoint, env and resourceLimits only")
+	}
+	return nil
+}
+
+// MemberSpec is what a pool's warm sandboxes are started from: the
+// template without its entrypoint, which starts when one is claimed.
+func MemberSpec(t *Spec) Spec {
+	return Spec{Image: t.Image, Env: maps.Clone(t.Env), Resources: t.Resources}
+}
+
+// SameMembers reports whether two templates start the same warm
+// sandboxes (their entrypoints aside; no variables however written).
+func SameMembers(a, b *Spec) bool {
+	return a.Image == b.Image && a.Resources == b.Resources && maps.Equal(a.Env, b.Env)
+}
+
+// Satisfies reports whether a warm sandbox of p can be what a create that
+// names p asks for: an image and resources, if given, are the template's,
+// and nothing else needs the sandbox made for it (volumes, a platform,
+// secure access, a network policy, registry credentials, or one of the
+// runtime's creation-time extensions, createExts). A create that asks for
+// more is made cold.
+func (p *Pool) Satisfies(spec *Spec, createExts ...string) bool {
+	t := &p.Template
+	if !((spec.Image == "" || spec.Image == t.Image) &&
+		(spec.Resources == Resources{} || spec.Resources == t.Resources) &&
+		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
+		!spec.SecureAccess && spec.NetworkPolicy == nil) {
+		return false
+	}
+	for _, k := range createExts {
+		if spec.Extensions[k] != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Matches reports whether a create that names no pool may be served,
+// transparently, by p: same image and resources, and Satisfies. A
+// template with environment variables of its own serves only creates that
+// name it: a plain create must not get variables it did not ask for.
+func (p *Pool) Matches(spec *Spec, createExts ...string) bool {
+	t := &p.Template
+	return spec.Image == t.Image && spec.Resources == t.Resources && len(t.Env) == 0 && p.Satisfies(spec, createExts...)
 }

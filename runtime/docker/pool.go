@@ -83,38 +83,19 @@ func (r *Runtime) wakePools() {
 	}
 }
 
-// checkPool refuses a pool that cannot work.
+// checkPool refuses a pool that cannot work: sandbox's rules, and a
+// container the engine would refuse.
 func (r *Runtime) checkPool(p *sandbox.Pool) error {
-	c := p.Capacity
-	switch {
-	case p.Name == "":
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "a pool needs a name")
-	case p.Template.Image == "":
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "the pool's template needs an image")
-	case c.BufferMin < 0 || c.BufferMax < 0 || c.PoolMin < 0 || c.PoolMax < 0:
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "capacity values must not be negative")
-	case c.BufferMin > c.BufferMax:
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "bufferMin must not exceed bufferMax")
-	case c.PoolMin > c.PoolMax:
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "poolMin must not exceed poolMax")
-	case c.BufferMax > c.PoolMax:
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "bufferMax must not exceed poolMax")
+	if err := p.Check(); err != nil {
+		return err
 	}
-	if len(p.Template.Volumes) > 0 || p.Template.SnapshotID != "" || p.Template.ImageAuth != nil {
-		return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", "a pool's template takes image, entrypoint, env and resourceLimits only")
-	}
-	spec := memberSpec(&p.Template)
+	spec := sandbox.MemberSpec(&p.Template)
 	if _, _, _, err := containerConfig(&r.cfg, "check", &spec, time.Now(), "check", p.Name); err != nil {
 		return err
 	}
 	return nil
 }
 
-// memberSpec is what a pool's warm sandboxes are started from: the
-// template without its entrypoint, which starts when one is claimed.
-func memberSpec(t *sandbox.Spec) sandbox.Spec {
-	return sandbox.Spec{Image: t.Image, Env: maps.Clone(t.Env), Resources: t.Resources}
-}
 
 // CreatePool defines a pool and starts filling it.
 func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.PoolInfo, error) {
@@ -157,7 +138,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	}
 	p.CreatedAt, p.Revision = ps.def.CreatedAt, ps.def.Revision
 	p.FromConfig = p.FromConfig || ps.def.FromConfig
-	if !sameTemplate(&ps.def.Template, &p.Template) {
+	if !sandbox.SameMembers(&ps.def.Template, &p.Template) {
 		p.Revision++
 		ps.failures, ps.lastErr, ps.retryAt = 0, "", time.Time{}
 	}
@@ -170,15 +151,6 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	r.mu.Unlock()
 	r.wakePools()
 	return info, nil
-}
-
-// sameTemplate compares two templates by what makes a warm sandbox (the
-// entrypoint starts only at a claim, so it does not count).
-func sameTemplate(a, b *sandbox.Spec) bool {
-	ma, mb := memberSpec(a), memberSpec(b)
-	ja, _ := json.Marshal(&ma)
-	jb, _ := json.Marshal(&mb)
-	return bytes.Equal(ja, jb)
 }
 
 func poolNotFound(name string) error {
@@ -265,28 +237,6 @@ func cloneSpec(s *sandbox.Spec) sandbox.Spec {
 	return c
 }
 
-// matches reports whether a create for spec may be served, transparently,
-// by the pool: same image and resources, and nothing a warm sandbox could
-// not take at claim time.
-// A template with environment variables of its own serves only creates
-// that name it: a plain create must not get variables it did not ask for.
-func (ps *poolState) matches(spec *sandbox.Spec) bool {
-	t := &ps.def.Template
-	return spec.Image == t.Image && spec.Resources == t.Resources && len(t.Env) == 0 && ps.satisfies(spec)
-}
-
-// satisfies reports whether a warm sandbox of the pool can be what a
-// create that names the pool asks for: an image and resources, if given,
-// are the template's, and nothing else needs the container made for it
-// (volumes, a platform, secure access, a network policy, another OCI
-// runtime). A create that asks for more is made cold.
-func (ps *poolState) satisfies(spec *sandbox.Spec) bool {
-	t := &ps.def.Template
-	return (spec.Image == "" || spec.Image == t.Image) &&
-		(spec.Resources == sandbox.Resources{} || spec.Resources == t.Resources) &&
-		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
-		!spec.SecureAccess && spec.NetworkPolicy == nil && spec.Extensions[extRuntime] == ""
-}
 
 // Claim hands out a warm sandbox: of pool when it is named, else of the
 // first pool (by name) whose template matches spec.
@@ -301,7 +251,7 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 				r.mu.Unlock()
 				return nil, poolNotFound(pool)
 			}
-			if !ps.satisfies(&spec) {
+			if !ps.def.Satisfies(&spec, extRuntime) {
 				ps.misses++
 				r.mu.Unlock()
 				r.cfg.Observer.PoolClaim(pool, false)
@@ -310,7 +260,7 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			candidates = []*poolState{ps}
 		} else {
 			for _, name := range slices.Sorted(maps.Keys(r.pools)) {
-				if ps := r.pools[name]; ps.matches(&spec) {
+				if ps := r.pools[name]; ps.def.Matches(&spec, extRuntime) {
 					candidates = append(candidates, ps)
 				}
 			}
@@ -624,7 +574,7 @@ func (r *Runtime) tendPools() {
 	}
 	for _, s := range starts {
 		for range s.n {
-			spec := memberSpec(&s.def.Template)
+			spec := sandbox.MemberSpec(&s.def.Template)
 			if _, err := r.create(r.ctx, sandbox.NewID(), spec, s.def.Name, s.def.Revision); err != nil {
 				if errors.Is(err, errPoolGone) {
 					break

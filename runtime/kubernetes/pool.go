@@ -105,51 +105,21 @@ func poolInvalid(msg string) error {
 	return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", msg)
 }
 
-// checkPool refuses a pool that cannot work.
+// checkPool refuses a pool that cannot work: sandbox's rules, a name
+// that cannot name the pool's objects, and a pod the runtime would
+// refuse.
 func (r *Runtime) checkPool(p *sandbox.Pool) error {
-	c := p.Capacity
-	switch {
-	case p.Name == "":
-		return poolInvalid("a pool needs a name")
-	case len(validation.IsDNS1123Label(p.Name)) > 0 || len(p.Name) > 54:
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if len(validation.IsDNS1123Label(p.Name)) > 0 || len(p.Name) > 54 {
 		return poolInvalid(fmt.Sprintf("pool name %q: on Kubernetes a pool name is at most 54 lower-case letters, digits and '-', starting and ending with a letter or digit", p.Name))
-	case p.Template.Image == "":
-		return poolInvalid("the pool's template needs an image")
-	case c.BufferMin < 0 || c.BufferMax < 0 || c.PoolMin < 0 || c.PoolMax < 0:
-		return poolInvalid("capacity values must not be negative")
-	case c.BufferMin > c.BufferMax:
-		return poolInvalid("bufferMin must not exceed bufferMax")
-	case c.PoolMin > c.PoolMax:
-		return poolInvalid("poolMin must not exceed poolMax")
-	case c.BufferMax > c.PoolMax:
-		return poolInvalid("bufferMax must not exceed poolMax")
 	}
-	if len(p.Template.Volumes) > 0 || p.Template.SnapshotID != "" || p.Template.ImageAuth != nil {
-		return poolInvalid("a pool's template takes image, entrypoint, env and resourceLimits only")
-	}
-	spec := memberSpec(&p.Template)
+	spec := sandbox.MemberSpec(&p.Template)
 	if _, err := podFor(&r.cfg, r.ns, "check", &spec, time.Now(), p.Name, 1); err != nil {
 		return err
 	}
 	return nil
-}
-
-// memberSpec is what a pool's warm pods start from: the template without
-// its entrypoint, which starts when one is claimed.
-func memberSpec(t *sandbox.Spec) sandbox.Spec {
-	return sandbox.Spec{Image: t.Image, Env: maps.Clone(t.Env), Resources: t.Resources}
-}
-
-func sameTemplate(a, b *sandbox.Spec) bool {
-	ma, mb := memberSpec(a), memberSpec(b)
-	for _, m := range []*sandbox.Spec{&ma, &mb} {
-		if len(m.Env) == 0 {
-			m.Env = nil // no variables, however written
-		}
-	}
-	ja, _ := json.Marshal(&ma)
-	jb, _ := json.Marshal(&mb)
-	return bytes.Equal(ja, jb)
 }
 
 // poolRecord is a pool's definition as its ConfigMap stores it.
@@ -288,7 +258,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 		next := p
 		next.CreatedAt, next.Revision = cur.CreatedAt, cur.Revision
 		next.FromConfig = p.FromConfig || cur.FromConfig
-		if !sameTemplate(&cur.Template, &p.Template) {
+		if !sandbox.SameMembers(&cur.Template, &p.Template) {
 			next.Revision++
 		}
 		c := cm.DeepCopy()
@@ -417,23 +387,6 @@ func (r *Runtime) poolInfo(p *sandbox.Pool, lastErr string) *sandbox.PoolInfo {
 	return info
 }
 
-// matches reports whether a create that names no pool may be served by
-// pool p: same image and resources, and nothing a warm pod cannot take.
-func matches(p *sandbox.Pool, spec *sandbox.Spec) bool {
-	t := &p.Template
-	return spec.Image == t.Image && spec.Resources == t.Resources && len(t.Env) == 0 && satisfies(p, spec)
-}
-
-// satisfies reports whether a warm pod of p can become the sandbox spec
-// asks for.
-func satisfies(p *sandbox.Pool, spec *sandbox.Spec) bool {
-	t := &p.Template
-	return (spec.Image == "" || spec.Image == t.Image) &&
-		(spec.Resources == sandbox.Resources{} || spec.Resources == t.Resources) &&
-		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
-		!spec.SecureAccess && spec.NetworkPolicy == nil && spec.Extensions[extRuntimeClass] == ""
-}
-
 // errLost is a claim that another claim won; errNotTaken a warm pod a
 // claim could not take for another reason (its token not known yet, the
 // API server refusing), which another pod may not share.
@@ -462,14 +415,14 @@ func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*s
 			}
 			p = fetched
 		}
-		if !satisfies(p, &spec) {
+		if !p.Satisfies(&spec, extRuntimeClass) {
 			r.miss(pool)
 			return nil, sandbox.ErrPoolEmpty
 		}
 		candidates = []*sandbox.Pool{p}
 	} else {
 		for _, name := range slices.Sorted(maps.Keys(defs)) {
-			if matches(defs[name], &spec) {
+			if defs[name].Matches(&spec, extRuntimeClass) {
 				candidates = append(candidates, defs[name])
 			}
 		}
@@ -829,7 +782,7 @@ func backoff(failures int) time.Duration {
 
 // startWarm creates n warm pods of a pool.
 func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, n int) {
-	spec := memberSpec(&def.Template)
+	spec := sandbox.MemberSpec(&def.Template)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for range n {
