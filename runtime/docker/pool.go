@@ -96,7 +96,6 @@ func (r *Runtime) checkPool(p *sandbox.Pool) error {
 	return nil
 }
 
-
 // CreatePool defines a pool and starts filling it.
 func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.PoolInfo, error) {
 	if err := r.checkPool(&p); err != nil {
@@ -236,7 +235,6 @@ func cloneSpec(s *sandbox.Spec) sandbox.Spec {
 	c.Env = maps.Clone(s.Env)
 	return c
 }
-
 
 // Claim hands out a warm sandbox: of pool when it is named, else of the
 // first pool (by name) whose template matches spec.
