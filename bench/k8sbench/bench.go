@@ -256,20 +256,9 @@ func totals(runs []timedRun) []time.Duration {
 	return ds
 }
 
-func mean(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
-}
-
 // spread is the note's "p90 X, mean Y ms".
 func spread(ds []time.Duration) string {
-	return fmt.Sprintf("p90 %s, mean %s ms", report.FormatValue(report.Percentile(ds, 0.9)), report.FormatValue(mean(ds)))
+	return fmt.Sprintf("p90 %s, mean %s ms", report.FormatValue(report.Percentile(ds, 0.9)), report.FormatValue(report.Mean(ds)))
 }
 
 // rows builds the table: cold and pooled against the baseline, and the
