@@ -269,11 +269,11 @@ func (b *bench) language(lang language) ([]row, error) {
 	rows := []row{
 		timeRow(lang.name+" `1+1`, warm context, p50 (p99)", ours, dockerRuns, "docker exec "+lang.oneShot[0],
 			fmt.Sprintf("p50 < %g ms: %s", target, verdict),
-			fmt.Sprintf("mean %.2f ms over %d runs after %d warm-ups; baseline %d runs", mean(ours), len(ours), b.set.warmUps, len(dockerRuns))),
+			fmt.Sprintf("mean %.2f ms over %d runs after %d warm-ups; baseline %d runs", report.Mean(ours), len(ours), b.set.warmUps, len(dockerRuns))),
 		timeRow(lang.name+" `1+1`, warm context vs a fresh interpreter", ours, commandRuns, "/command "+lang.oneShot[0],
 			"", fmt.Sprintf("baseline: `%s` through POST /command, %d runs", cmd, len(commandRuns))),
 		timeRow(lang.name+" context creation, p50 (p99)", creations, commandRuns, "/command "+lang.oneShot[0],
-			"", fmt.Sprintf("%d contexts, each deleted after; mean %.1f ms", len(creations), mean(creations))),
+			"", fmt.Sprintf("%d contexts, each deleted after; mean %.1f ms", len(creations), report.Mean(creations))),
 	}
 	if lang.name == "python" {
 		r, err := b.plots(warm)
@@ -393,19 +393,7 @@ func timeRow(name string, ours, theirs []time.Duration, baseName, target, note s
 // progress prints one measure on stderr as the run goes.
 func progress(what string, ds []time.Duration) {
 	fmt.Fprintf(os.Stderr, "  %s: p50 %.2f ms, p99 %.2f ms, mean %.2f ms (%d runs)\n",
-		what, report.Percentile(ds, 0.5), report.Percentile(ds, 0.99), mean(ds), len(ds))
-}
-
-// mean is the mean of ds in milliseconds.
-func mean(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
+		what, report.Percentile(ds, 0.5), report.Percentile(ds, 0.99), report.Mean(ds), len(ds))
 }
 
 // dockerOut runs the docker CLI (see benchkit.Docker).

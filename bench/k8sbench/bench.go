@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -119,17 +120,17 @@ func (b *bench) runAll(ctx context.Context) ([]row, error) {
 // the sandbox.
 func (b *bench) cold(ctx context.Context, srv *server, kind int) (timedRun, error) {
 	start := time.Now()
-	id, state, err := srv.create(ctx, coldRequest())
+	id, state, err := srv.Create(ctx, coldRequest())
 	if err != nil {
 		return timedRun{}, err
 	}
 	answered := time.Now()
 	if state != "Running" {
-		err = srv.waitRunning(ctx, id)
+		err = srv.WaitRunning(ctx, id, maxPoll)
 	}
 	running := time.Now()
 	if err == nil {
-		err = srv.command(ctx, id, "true")
+		_, err = srv.Run(ctx, id, "true")
 	}
 	end := time.Now()
 	r := b.stepsOf("osb-"+id, start, kind)
@@ -163,35 +164,37 @@ const poolBuffer = 4
 // each once the pool is full again.
 func (b *bench) pooledAll(ctx context.Context) (retErr error) {
 	n := b.set.creates
-	c := poolCapacity{BufferMin: poolBuffer, BufferMax: poolBuffer, PoolMin: poolBuffer, PoolMax: poolBuffer}
-	if err := b.srv.createPool(ctx, poolName, c); err != nil {
+	c := lcclient.PoolCapacity{BufferMin: poolBuffer, BufferMax: poolBuffer, PoolMin: poolBuffer, PoolMax: poolBuffer}
+	tmpl := coldRequest()
+	tmpl.Timeout = nil
+	if err := b.srv.CreatePool(ctx, poolName, tmpl, c); err != nil {
 		return err
 	}
 	defer func() {
-		retErr = errors.Join(retErr, b.srv.deletePool(context.WithoutCancel(ctx), poolName))
+		retErr = errors.Join(retErr, b.srv.DeletePool(context.WithoutCancel(ctx), poolName))
 	}()
 	t := time.Now()
-	if err := b.srv.waitPool(ctx, poolName, poolBuffer, time.Minute); err != nil {
+	if err := b.srv.WaitPool(ctx, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
 		return err
 	}
 	fmt.Fprintf(b.progress, "k8sbench: the pool of %d was full after %.1f s\n", poolBuffer, time.Since(t).Seconds())
 	for i := range n {
-		if err := b.srv.waitPool(ctx, poolName, poolBuffer, time.Minute); err != nil {
+		if err := b.srv.WaitPool(ctx, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
 			return fmt.Errorf("pooled create %d: %w", i+1, err)
 		}
 		// The replacement's readiness probe and status updates are done.
 		time.Sleep(time.Second)
 		start := time.Now()
-		id, state, err := b.srv.create(ctx, pooledRequest(poolName))
+		id, state, err := b.srv.Create(ctx, pooledRequest(poolName))
 		if err != nil {
 			return fmt.Errorf("pooled create %d: %w", i+1, err)
 		}
 		answered := time.Now()
 		if state != "Running" {
-			err = b.srv.waitRunning(ctx, id)
+			err = b.srv.WaitRunning(ctx, id, maxPoll)
 		}
 		if err == nil {
-			err = b.srv.command(ctx, id, "true")
+			_, err = b.srv.Run(ctx, id, "true")
 		}
 		end := time.Now()
 		if err != nil {
@@ -227,7 +230,7 @@ func (b *bench) stepsOf(pod string, start time.Time, kind int) timedRun {
 // teardown.
 func (b *bench) deleteSandbox(ctx context.Context, srv *server, id string) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := srv.delete(ctx, id); err != nil {
+	if err := srv.Delete(ctx, id); err != nil {
 		return err
 	}
 	_, err := b.watch.wait(ctx, "osb-"+id, stepGone, time.Minute)
@@ -253,20 +256,9 @@ func totals(runs []timedRun) []time.Duration {
 	return ds
 }
 
-func mean(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
-}
-
 // spread is the note's "p90 X, mean Y ms".
 func spread(ds []time.Duration) string {
-	return fmt.Sprintf("p90 %s, mean %s ms", report.FormatValue(report.Percentile(ds, 0.9)), report.FormatValue(mean(ds)))
+	return fmt.Sprintf("p90 %s, mean %s ms", report.FormatValue(report.Percentile(ds, 0.9)), report.FormatValue(report.Mean(ds)))
 }
 
 // rows builds the table: cold and pooled against the baseline, and the

@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
@@ -158,4 +158,4 @@ func run(ctx context.Context, set settings, mode, out, kubeconfig, serverLog str
 }
 
 // errTimeout is a step that did not finish in its time.
-var errTimeout = errors.New("timed out")
+var errTimeout = lcclient.ErrTimeout

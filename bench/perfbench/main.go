@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -44,6 +45,9 @@ const image = "opensandbox/busybox"
 // limits are the resource limits of every sandbox, the pool's template's
 // too; the baseline containers get the same.
 var limits = map[string]string{"cpu": "500m", "memory": "256Mi"}
+
+// entrypoint is what every sandbox of a normal create runs.
+var entrypoint = []string{"sleep", "infinity"}
 
 // settings are the sizes of one mode.
 type settings struct {
@@ -221,9 +225,9 @@ func cleanupCtx(ctx context.Context) context.Context { return context.WithoutCan
 // warmUp runs one create of each kind, untimed, so that the first timed
 // run pays for no cold cache (image layers, the network, the engine's).
 func (b *bench) warmUp(ctx context.Context) ([]row, error) {
-	id, err := b.srv.createToCommand(ctx, createRequest(image, limits), 5*time.Millisecond)
+	id, err := b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, limits), 5*time.Millisecond)
 	if id != "" {
-		b.srv.delete(cleanupCtx(ctx), id)
+		b.srv.Delete(cleanupCtx(ctx), id)
 	}
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ type fakeLifecycle struct {
 	noPool bool // answer 501 on /pools
 
 	mu        sync.Mutex
-	pool      *poolRequest
+	pool      *lcclient.PoolRequest
 	available int
 	allocated int
 	sandboxes map[string]bool
@@ -60,11 +61,11 @@ func newFake(t *testing.T, noPool bool) (*fakeLifecycle, *server) {
 		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(lifecycle.Close)
-	return f, &server{base: lifecycle.URL, key: "key", hc: lifecycle.Client()}
+	return f, &server{Client: lcclient.Client{Base: lifecycle.URL, Key: "key", HC: lifecycle.Client()}}
 }
 
 func (f *fakeLifecycle) createPool(w http.ResponseWriter, r *http.Request) {
-	var req poolRequest
+	var req lcclient.PoolRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -84,7 +85,7 @@ func (f *fakeLifecycle) createPool(w http.ResponseWriter, r *http.Request) {
 	}
 	f.pool, f.available, f.allocated = &req, 0, 0
 	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(poolResponse{Name: req.Name})
+	json.NewEncoder(w).Encode(lcclient.PoolResponse{Name: req.Name})
 }
 
 func (f *fakeLifecycle) getPool(w http.ResponseWriter, r *http.Request) {
@@ -97,8 +98,8 @@ func (f *fakeLifecycle) getPool(w http.ResponseWriter, r *http.Request) {
 	if f.available < f.pool.CapacitySpec.BufferMin {
 		f.available++
 	}
-	json.NewEncoder(w).Encode(poolResponse{Name: poolName,
-		Status: &poolStatus{Total: f.available + f.allocated, Allocated: f.allocated, Available: f.available}})
+	json.NewEncoder(w).Encode(lcclient.PoolResponse{Name: poolName,
+		Status: &lcclient.PoolStatus{Total: f.available + f.allocated, Allocated: f.allocated, Available: f.available}})
 }
 
 func (f *fakeLifecycle) deletePool(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -36,14 +37,14 @@ func (b *bench) throughput(ctx context.Context) (_ []row, retErr error) {
 		{Name: fmt.Sprintf("upload %d MiB to /tmp, median of %d", mb(b.set.fileBytes), b.set.fileRuns), Unit: "MB/s", BaseName: "docker cp in"},
 		{Name: fmt.Sprintf("download %d MiB from /tmp, median of %d", mb(b.set.fileBytes), b.set.fileRuns), Unit: "MB/s", BaseName: "docker cp out"},
 	}
-	id, err := b.srv.createToCommand(ctx, createRequest(image, throughputLimits), 5*time.Millisecond)
+	id, err := b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, throughputLimits), 5*time.Millisecond)
 	if id != "" {
-		defer func() { retErr = errors.Join(retErr, b.srv.delete(cleanupCtx(ctx), id)) }()
+		defer func() { retErr = errors.Join(retErr, b.srv.Delete(cleanupCtx(ctx), id)) }()
 	}
 	if err != nil {
 		return rows, err
 	}
-	e, err := b.srv.execd(ctx, id)
+	e, err := b.srv.Execd(ctx, id)
 	if err != nil {
 		return rows, err
 	}
@@ -63,21 +64,21 @@ func (b *bench) throughput(ctx context.Context) (_ []row, retErr error) {
 // transfer measures one sandbox.
 type transfer struct {
 	b   *bench
-	e   *execd
+	e   *lcclient.Execd
 	cid string // the sandbox's container
 }
 
 // roundTrip times `true` through execd and through `docker exec`.
 func (t *transfer) roundTrip(ctx context.Context, r *row) error {
 	for range 20 { // warm the connection and the caches
-		if _, err := t.e.command(ctx, "true"); err != nil {
+		if _, err := t.e.Command(ctx, "true"); err != nil {
 			return err
 		}
 	}
 	var ours, theirs []time.Duration
 	for range t.b.set.roundTrips {
 		start := time.Now()
-		if _, err := t.e.command(ctx, "true"); err != nil {
+		if _, err := t.e.Command(ctx, "true"); err != nil {
 			return err
 		}
 		ours = append(ours, time.Since(start))
@@ -103,7 +104,7 @@ func (t *transfer) stream(ctx context.Context, r *row) error {
 	lines := t.b.set.streamBytes / lineLen
 	cmd := fmt.Sprintf("yes %s | head -n %d", strings.Repeat("x", lineLen-1), lines)
 	start := time.Now()
-	n, err := t.e.command(ctx, cmd)
+	n, err := t.e.Command(ctx, cmd)
 	ours := time.Since(start)
 	if err != nil {
 		return err
@@ -184,14 +185,14 @@ func (t *transfer) uploadOnce(ctx context.Context, path string) (time.Duration, 
 	}
 	tail := "\r\n--" + mw.Boundary() + "--\r\n"
 	size := t.b.set.fileBytes
-	req, err := t.e.request(ctx, "POST", "/files/upload", io.MultiReader(&head, newPattern(size), strings.NewReader(tail)))
+	req, err := t.e.Request(ctx, "POST", "/files/upload", io.MultiReader(&head, newPattern(size), strings.NewReader(tail)))
 	if err != nil {
 		return 0, err
 	}
 	req.ContentLength = int64(head.Len()) + size + int64(len(tail))
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	start := time.Now()
-	resp, err := t.e.hc.Do(req)
+	resp, err := t.e.HC.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("upload: %w", err)
 	}
@@ -230,7 +231,7 @@ func (t *transfer) download(ctx context.Context, r *row) error {
 
 // downloadOnce reads path from the sandbox into the file local.
 func (t *transfer) downloadOnce(ctx context.Context, path, local string) (time.Duration, error) {
-	req, err := t.e.request(ctx, "GET", "/files/download?path="+url.QueryEscape(path), nil)
+	req, err := t.e.Request(ctx, "GET", "/files/download?path="+url.QueryEscape(path), nil)
 	if err != nil {
 		return 0, err
 	}
@@ -240,7 +241,7 @@ func (t *transfer) downloadOnce(ctx context.Context, path, local string) (time.D
 		return 0, fmt.Errorf("download: %w", err)
 	}
 	defer f.Close()
-	resp, err := t.e.hc.Do(req)
+	resp, err := t.e.HC.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("download: %w", err)
 	}

@@ -13,14 +13,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +30,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
+	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -80,20 +77,13 @@ func main() {
 	}
 }
 
+// bench is the server this harness started and a client for it.
 type bench struct {
+	lcclient.Client
 	set   settings
 	dir   string
 	scope string
-	key   string
-	base  string
 	cmd   *exec.Cmd
-	hc    *http.Client
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func startServer(set settings) (*bench, error) {
@@ -112,8 +102,9 @@ func startServer(set settings) (*bench, error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	b := &bench{set: set, dir: dir, scope: "bench-" + randomHex(4), key: randomHex(24), base: "http://" + addr,
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	b := &bench{set: set, dir: dir, scope: "bench-" + lcclient.RandomHex(4), Client: lcclient.Client{
+		Key: lcclient.RandomHex(24), Base: "http://" + addr,
+		HC: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}}
 	cfg := fmt.Sprintf(`version = 1
 [server]
 listen = %q
@@ -125,7 +116,7 @@ type = "docker"
 data_dir = %q
 label_scope = %q
 default_memory = "256Mi"
-`, addr, b.key, filepath.Join(dir, "data"), b.scope)
+`, addr, b.Key, filepath.Join(dir, "data"), b.scope)
 	os.WriteFile(filepath.Join(dir, "sandbox.toml"), []byte(cfg), 0o600)
 	b.cmd = exec.Command(filepath.Join(dir, "opensandbox-server"), "--config", filepath.Join(dir, "sandbox.toml"))
 	b.cmd.Stderr = os.Stderr
@@ -133,7 +124,7 @@ default_memory = "256Mi"
 		return nil, err
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(b.base + "/health"); err == nil {
+		if resp, err := http.Get(b.Base + "/health"); err == nil {
 			resp.Body.Close()
 			break
 		}
@@ -161,26 +152,8 @@ func (b *bench) stop() {
 	os.RemoveAll(b.dir)
 }
 
-func (b *bench) do(method, path string, body any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		j, _ := json.Marshal(body)
-		rd = bytes.NewReader(j)
-	}
-	req, _ := http.NewRequest(method, b.base+path, rd)
-	req.Header.Set(api.HeaderAPIKey, b.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, data, err
-}
-
 func (b *bench) create(entrypoint ...string) (string, error) {
-	code, data, err := b.do("POST", "/v1/sandboxes", api.CreateSandboxRequest{
+	code, data, err := b.Do(context.Background(), "POST", "/v1/sandboxes", api.CreateSandboxRequest{
 		Image: &api.ImageSpec{URI: b.set.image}, Entrypoint: entrypoint,
 		ResourceLimits: map[string]string{"cpu": "1", "memory": "256Mi"},
 	})
@@ -194,7 +167,7 @@ func (b *bench) create(entrypoint ...string) (string, error) {
 
 func (b *bench) waitRunning(id string) error {
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		_, data, err := b.do("GET", "/v1/sandboxes/"+id, nil)
+		_, data, err := b.Do(context.Background(), "GET", "/v1/sandboxes/"+id, nil)
 		if err != nil {
 			return err
 		}
@@ -212,31 +185,8 @@ func (b *bench) waitRunning(id string) error {
 
 // firstCommand runs `true` through the sandbox's execd endpoint.
 func (b *bench) firstCommand(id string) error {
-	_, data, err := b.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
-	if err != nil {
-		return err
-	}
-	var ep api.Endpoint
-	json.Unmarshal(data, &ep)
-	req, _ := http.NewRequest("POST", "http://"+ep.Endpoint+"/command", strings.NewReader(`{"command":"true"}`))
-	for k, v := range ep.Headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	dec := api.NewEventDecoder(resp.Body)
-	for {
-		ev, err := dec.Next()
-		if err != nil {
-			return fmt.Errorf("command stream ended without completing: %v", err)
-		}
-		if ev.Type == api.EventComplete {
-			return nil
-		}
-	}
+	_, err := b.Run(context.Background(), id, "true")
+	return err
 }
 
 // docker runs the docker CLI (see benchkit.Docker).
@@ -248,7 +198,7 @@ func (b *bench) createToFirstCommand() (row, error) {
 	warm := func() { // first runs of each warm caches; not counted
 		if id, err := b.create("sleep", "infinity"); err == nil {
 			b.waitRunning(id)
-			b.do("DELETE", "/v1/sandboxes/"+id, nil)
+			b.Do(context.Background(), "DELETE", "/v1/sandboxes/"+id, nil)
 		}
 		if id, err := docker("run", "-d", "--label", "opensandbox.scope="+b.scope, b.set.image, "sleep", "infinity"); err == nil {
 			docker("exec", id, "true")
@@ -270,7 +220,7 @@ func (b *bench) createToFirstCommand() (row, error) {
 			return row{}, err
 		}
 		ours = append(ours, time.Since(start))
-		b.do("DELETE", "/v1/sandboxes/"+id, nil)
+		b.Do(context.Background(), "DELETE", "/v1/sandboxes/"+id, nil)
 	}
 	for range b.set.baselines {
 		start := time.Now()
@@ -329,7 +279,7 @@ func (b *bench) fleetRows() ([]row, error) {
 	var lat []time.Duration
 	for range b.set.lists {
 		t := time.Now()
-		code, data, err := b.do("GET", "/v1/sandboxes?pageSize=200", nil)
+		code, data, err := b.Do(context.Background(), "GET", "/v1/sandboxes?pageSize=200", nil)
 		if err != nil || code != 200 {
 			return nil, fmt.Errorf("list: %d %v", code, err)
 		}
@@ -343,7 +293,7 @@ func (b *bench) fleetRows() ([]row, error) {
 	var filtered []time.Duration
 	for range b.set.lists {
 		t := time.Now()
-		if code, _, err := b.do("GET", "/v1/sandboxes?state=Running&metadata=team%3Dnone&pageSize=200", nil); err != nil || code != 200 {
+		if code, _, err := b.Do(context.Background(), "GET", "/v1/sandboxes?state=Running&metadata=team%3Dnone&pageSize=200", nil); err != nil || code != 200 {
 			return nil, fmt.Errorf("filtered list: %d %v", code, err)
 		}
 		filtered = append(filtered, time.Since(t))

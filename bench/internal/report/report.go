@@ -171,3 +171,15 @@ func Percentile(ds []time.Duration, p float64) float64 {
 	slices.Sort(s)
 	return float64(s[int(float64(len(s)-1)*p)].Microseconds()) / 1000
 }
+
+// Mean is the mean of ds in milliseconds; 0 when ds is empty.
+func Mean(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
+}
