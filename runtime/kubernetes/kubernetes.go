@@ -494,6 +494,21 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	if len(owned) > 0 {
 		setJSON(pod.Annotations, annOwnedClaims, owned)
 	}
+	if spec.ImageAuth != nil {
+		// The credentials of this create only: the leader removes them
+		// once the image is pulled (dropPullSecrets).
+		sec, err := pullSecretFor(&r.cfg, r.ns, id, spec.Image, spec.ImageAuth)
+		if err == nil {
+			_, err = r.cs.CoreV1().Secrets(r.ns).Create(ctx, sec, metav1.CreateOptions{})
+			if err != nil {
+				err = apiError("store the registry credentials", err)
+			}
+		}
+		if err != nil {
+			r.deleteClaims(context.WithoutCancel(ctx), owned)
+			return nil, err
+		}
+	}
 	r.mu.Lock()
 	r.starts[id] = time.Now()
 	r.mu.Unlock()
@@ -503,6 +518,9 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 		delete(r.starts, id)
 		r.mu.Unlock()
 		r.deleteClaims(context.WithoutCancel(ctx), owned)
+		if spec.ImageAuth != nil {
+			r.deletePullSecret(context.WithoutCancel(ctx), id)
+		}
 		return nil, err
 	}
 	if len(owned) > 0 {
@@ -622,6 +640,9 @@ func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod, exact bool) error
 		r.log.Warn("delete the sandbox's token secret", "sandbox", id, "err", err)
 	}
 	r.secWrite.removed(pod.Name, "")
+	if len(pod.Spec.ImagePullSecrets) > 0 {
+		r.deletePullSecret(bg, id)
+	}
 	var owned []string
 	if ownedJSON := pod.Annotations[annOwnedClaims]; ownedJSON != "" {
 		if err := jsonUnmarshal(ownedJSON, &owned); err == nil {

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testregistry"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -509,5 +510,50 @@ func TestExecdFromHostDir(t *testing.T) {
 	}
 	if out := runCommand(t, ep, "echo from-node-execd"); !strings.Contains(out, "from-node-execd") {
 		t.Fatalf("command: %s", out)
+	}
+}
+
+// TestPullWithCredentials: an image from a registry that wants a password
+// is pulled with the credentials of the create, kept in a Secret of the
+// sandbox's own only until the image is pulled; without them the sandbox
+// fails with the registry's reason.
+func TestPullWithCredentials(t *testing.T) {
+	env := newTestEnv(t)
+	ref := testregistry.Start(t, "opensandbox/busybox", "osb", "s3cret-pass")
+	rt := env.runtime(t, env.config("pull"))
+	ctx := context.Background()
+
+	noAuth := sandbox.NewID()
+	if _, err := rt.Create(ctx, noAuth, sandbox.Spec{Image: ref, Entrypoint: testEntrypoint}); err != nil {
+		t.Fatal(err)
+	}
+	if sb := waitFailed(t, rt, noAuth, time.Minute); sb.Status.Reason != "IMAGE_PULL_FAILED" ||
+		!strings.Contains(strings.ToLower(sb.Status.Message), "unauthorized") {
+		t.Fatalf("pull without credentials: %+v", sb.Status)
+	}
+
+	id := sandbox.NewID()
+	if _, err := rt.Create(ctx, id, sandbox.Spec{Image: ref, Entrypoint: testEntrypoint,
+		ImageAuth: &sandbox.RegistryAuth{Username: "osb", Password: "s3cret-pass"}}); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
+	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := runCommand(t, ep, "echo pulled"); !strings.Contains(out, "pulled") {
+		t.Fatalf("command: %s", out)
+	}
+	waitFor(t, 30*time.Second, "the registry credentials are removed once the image is pulled", func() bool {
+		_, err := env.cs.CoreV1().Secrets(env.ns).Get(ctx, pullSecretName(id), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := pod.Marshal(); strings.Contains(string(raw), "s3cret-pass") {
+		t.Fatal("the registry password is in the pod")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,6 +77,9 @@ const (
 	kindSandbox = "sandbox"
 	kindToken   = "token"
 	kindPool    = "pool"
+	// kindPull is a Secret holding the registry credentials of one
+	// create, removed once the image is pulled.
+	kindPull = "pull"
 )
 
 // Container and volume names of a sandbox pod.
@@ -182,7 +186,10 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	}
 
 	if spec.ImageAuth != nil {
-		return nil, invalid("per-request registry credentials are not supported by the kubernetes runtime: give the cluster an image pull secret (imagePullSecrets in the runtime's pod_template_file, or the namespace's default service account)")
+		if _, err := registryHost(spec.Image); err != nil {
+			return nil, err
+		}
+		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: pullSecretName(id)})
 	}
 	res, err := resources(cfg, spec.Resources)
 	if err != nil {
@@ -273,6 +280,44 @@ func secretFor(cfg *Config, ns string, id sandbox.ID, token string) *corev1.Secr
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{secretKey: []byte(token)},
 	}
+}
+
+func pullSecretName(id sandbox.ID) string { return podName(id) + "-pull" }
+
+// registryHost returns the registry an image reference names, as the
+// kubelet matches pull secrets: Docker Hub is "docker.io".
+func registryHost(image string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", invalid(fmt.Sprintf("image %q: %v", image, err))
+	}
+	return reference.Domain(named), nil
+}
+
+// pullSecretFor is the Secret of registry credentials for one create of
+// image: a dockerconfigjson the kubelet uses to pull it.
+func pullSecretFor(cfg *Config, ns string, id sandbox.ID, image string, auth *sandbox.RegistryAuth) (*corev1.Secret, error) {
+	host, err := registryHost(image)
+	if err != nil {
+		return nil, err
+	}
+	entry := map[string]string{
+		"username": auth.Username, "password": auth.Password,
+		"auth": base64.StdEncoding.EncodeToString([]byte(auth.Username + ":" + auth.Password)),
+	}
+	auths := map[string]any{host: entry}
+	if host == "docker.io" {
+		auths["https://index.docker.io/v1/"] = entry
+	}
+	data, _ := json.Marshal(map[string]any{"auths": auths})
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pullSecretName(id), Namespace: ns,
+			Labels: map[string]string{labelScope: cfg.LabelScope, labelID: string(id), labelKind: kindPull},
+		},
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: data},
+	}, nil
 }
 
 func setJSON(ann map[string]string, key string, v any) {

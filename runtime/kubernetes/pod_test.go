@@ -104,6 +104,31 @@ spec:
 		t.Fatalf("warm pod: %v %v %v", warm.Spec.Containers[0].Args, warm.Labels, warm.Annotations)
 	}
 
+	// Registry credentials: a pull secret of the sandbox's own, named in
+	// the pod, never the credentials themselves.
+	authSpec := sandbox.Spec{Image: "registry.example:5000/team/img:1", ImageAuth: &sandbox.RegistryAuth{Username: "u", Password: "pw-secret"}}
+	authed, err := podFor(&cfg, "ns", "id-3", &authSpec, exp, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(authed); strings.Contains(string(raw), "pw-secret") || len(authed.Spec.ImagePullSecrets) != 1 ||
+		authed.Spec.ImagePullSecrets[0].Name != "osb-id-3-pull" {
+		t.Fatalf("pod of a create with credentials: pull secrets %v", authed.Spec.ImagePullSecrets)
+	}
+	for image, host := range map[string]string{"registry.example:5000/team/img:1": "registry.example:5000", "busybox": "https://index.docker.io/v1/"} {
+		sec, err := pullSecretFor(&cfg, "ns", "id-3", image, authSpec.ImageAuth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Auths map[string]struct{ Username, Password, Auth string }
+		}
+		json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &doc)
+		if a := doc.Auths[host]; sec.Type != corev1.SecretTypeDockerConfigJson || a.Password != "pw-secret" || a.Auth != "dTpwdy1zZWNyZXQ=" {
+			t.Fatalf("pull secret for %s: %s %+v", image, sec.Type, doc)
+		}
+	}
+
 	// Refusals.
 	for name, s := range map[string]sandbox.Spec{
 		"gpu all":           {Image: "x", Resources: sandbox.Resources{GPUs: "all"}},
@@ -111,7 +136,7 @@ spec:
 		"bad claim name":    {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", Claim: &sandbox.Claim{Name: "Not_Valid"}}}},
 		"volume no backend": {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v"}}},
 		"host path outside": {Image: "x", Volumes: []sandbox.Volume{{Name: "v", MountPath: "/v", HostPath: "/srvx"}}},
-		"registry auth":     {Image: "x", ImageAuth: &sandbox.RegistryAuth{Username: "u", Password: "p"}},
+		"bad image":         {Image: "img@sha256:nothex", ImageAuth: &sandbox.RegistryAuth{Username: "u", Password: "p"}},
 	} {
 		if _, err := podFor(&cfg, "ns", "id", &s, exp, "", 0); err == nil {
 			t.Errorf("%s: accepted", name)

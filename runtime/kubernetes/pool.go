@@ -620,6 +620,7 @@ func (r *Runtime) poolLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		r.recordFailures(ctx)
+		r.dropPullSecrets(ctx)
 		r.tendPools(ctx)
 		select {
 		case <-ctx.Done():

@@ -92,6 +92,39 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// deletePullSecret removes the registry credentials of a sandbox's create.
+func (r *Runtime) deletePullSecret(ctx context.Context, id sandbox.ID) {
+	if err := r.cs.CoreV1().Secrets(r.ns).Delete(ctx, pullSecretName(id), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		r.log.Warn("delete the registry credentials of a create", "sandbox", id, "err", err)
+	}
+}
+
+// dropPullSecrets removes registry credentials that have served: their
+// sandbox's container has started (the image is on the node), or the
+// sandbox failed or is gone. Runtimes keep no credentials beyond the
+// create they came with.
+func (r *Runtime) dropPullSecrets(ctx context.Context) {
+	secrets, err := r.secrets.List(labels.SelectorFromSet(labels.Set{labelKind: kindPull}))
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, s := range secrets {
+		id := sandbox.ID(s.Labels[labelID])
+		pod := r.pod(id)
+		switch {
+		case pod == nil:
+			if now.Sub(s.CreationTimestamp.Time) < orphanAge {
+				continue // its pod may not be seen yet
+			}
+		case !containerStarted(pod).IsZero(), r.view(pod).Status.State == sandbox.StateFailed:
+		default:
+			continue // still pulling
+		}
+		r.deletePullSecret(ctx, id)
+	}
+}
+
 // makeClaims creates the PersistentVolumeClaims a sandbox asks to have
 // made, and returns the names of those to delete with it.
 func (r *Runtime) makeClaims(ctx context.Context, id sandbox.ID, vols []sandbox.Volume) ([]string, error) {
