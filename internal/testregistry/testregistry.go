@@ -20,10 +20,14 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
-// Start runs the registry with one user, pushes the local image src to it
-// (through the Docker engine), and returns the image's reference there.
-// The engine's own copy of that reference is removed, so that whoever
-// uses it has to pull it. Everything goes when the test ends.
+// Start runs the registry with one user, pushes an image made from the
+// local image src to it (through the Docker engine), and returns the
+// image's reference there. The pushed image is src with a label of its
+// own, so that its ID is no other image's: a kubelet that pulled it with
+// credentials would otherwise want credentials for src too (it verifies
+// access to images pulled with credentials by their ID). The engine's own
+// copy of the reference is removed, so that whoever uses it has to pull
+// it. Everything goes when the test ends.
 func Start(t testing.TB, src, user, pass string) string {
 	t.Helper()
 	bin := testenv.MustHaveCommand(t, "docker-registry")
@@ -80,7 +84,11 @@ auth:
 	if out, err := login.CombinedOutput(); err != nil {
 		t.Fatalf("docker login: %v: %s", err, out)
 	}
-	docker(t, "tag", src, ref)
+	build := exec.Command("docker", "build", "-q", "-t", ref, "-")
+	build.Stdin = strings.NewReader(fmt.Sprintf("FROM %s\nLABEL io.opensandbox.test-registry=%q\n", src, addr+"-"+t.Name()))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("docker build %s: %v: %s", ref, err, out)
+	}
 	docker(t, "push", ref)
 	docker(t, "rmi", ref)
 	docker(t, "logout", addr)
