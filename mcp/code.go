@@ -198,9 +198,7 @@ func (s *Server) runCode(ctx context.Context, in codeInput) (*gomcp.CallToolResu
 	res, err := sb.RunCode(rctx, in.Code, opts)
 	if err != nil {
 		if id != "" && rctx.Err() != nil {
-			ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			sb.InterruptCode(ictx, id)
-			icancel()
+			s.interrupt(ctx, sb, id, sb.InterruptCode)
 		}
 		if errors.Is(err, sdk.ErrNotSupported) {
 			return nil, CodeOutput{}, withHint(err, fmt.Sprintf("This sandbox's image lacks the %s interpreter: create a sandbox from an image that has it (such as opensandbox/code-interpreter).", opts.Context.Language))

@@ -184,7 +184,7 @@ func (s *Server) runCommand(ctx context.Context, in runInput) (*gomcp.CallToolRe
 	res, err := sb.Run(rctx, in.Command, opts)
 	if err != nil {
 		if id != "" && rctx.Err() != nil {
-			s.interrupt(ctx, sb, id)
+			s.interrupt(ctx, sb, id, sb.Interrupt)
 		}
 		return nil, RunOutput{}, err
 	}
@@ -205,13 +205,14 @@ func (s *Server) runCommand(ctx context.Context, in runInput) (*gomcp.CallToolRe
 	return text(runText(out, timeout)), out, nil
 }
 
-// interrupt stops a command whose caller has gone, so that it does not
+// interrupt stops a command or a code run (stop is the sandbox's
+// Interrupt or InterruptCode) whose caller has gone, so that it does not
 // run on unseen.
-func (s *Server) interrupt(ctx context.Context, sb *sdk.Sandbox, id string) {
+func (s *Server) interrupt(ctx context.Context, sb *sdk.Sandbox, id string, stop func(context.Context, string) error) {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := sb.Interrupt(ictx, id); err != nil {
-		s.log.Debug("interrupt abandoned command", "sandbox", sb.ID, "command", id, "err", err)
+	if err := stop(ictx, id); err != nil {
+		s.log.Debug("interrupt abandoned run", "sandbox", sb.ID, "run", id, "err", err)
 	}
 }
 
