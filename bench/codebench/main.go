@@ -88,11 +88,7 @@ func main() {
 	mode := flag.String("mode", "full", "full or quick")
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "codebench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
+	set := benchkit.Mode("codebench", *mode, modes)
 	removeContainers()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)

@@ -49,11 +49,7 @@ func main() {
 	mode := flag.String("mode", "full", "full or quick")
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "cpbench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
+	set := benchkit.Mode("cpbench", *mode, modes)
 	rows, err := run(set)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cpbench:", err)

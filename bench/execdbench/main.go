@@ -59,11 +59,7 @@ func main() {
 	mode := flag.String("mode", "full", "full or quick")
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "execdbench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
+	set := benchkit.Mode("execdbench", *mode, modes)
 	rows, err := runAll(set)
 	rep := report.Report{Benchmark: "execd", Subject: "execd", Mode: *mode, RatioNote: "how many times better execd is than the baseline (time: baseline/execd; rate: execd/baseline)", RatioFormat: "%.1fx", Rows: rows}
 	rep.Print(os.Stdout)

@@ -30,10 +30,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 	"github.com/opensandbox/opensandbox/internal/testenv"
@@ -74,16 +73,8 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", ".k8s/kubeconfig", "kubeconfig of the cluster (make k8s-up writes .k8s/kubeconfig)")
 	serverLog := flag.String("server-log", "", "write the server's log, at debug level, to this file (default: warnings to stderr)")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "k8sbench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		cancel() // a second Ctrl-C kills the harness at once
-	}()
+	set := benchkit.Mode("k8sbench", *mode, modes)
+	ctx := benchkit.Interruptible()
 	os.Exit(run(ctx, set, *mode, *out, *kubeconfig, *serverLog))
 }
 

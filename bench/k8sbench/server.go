@@ -60,12 +60,7 @@ func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel str
 		return nil, err
 	}
 	s.Base = "http://" + addr
-	cfg := fmt.Sprintf(`version = 1
-[server]
-listen = %q
-api_key = %q
-log_level = %q
-[runtime]
+	rt := fmt.Sprintf(`[runtime]
 type = "kubernetes"
 [runtime.kubernetes]
 kubeconfig = %q
@@ -75,8 +70,8 @@ image_pull_policy = "IfNotPresent"
 cpu_request = %q
 memory_request = %q
 start_timeout = "2m"
-%s`, addr, s.Key, logLevel, cl.kubeconfig, cl.ns, scope, cpuRequest, memoryRequest, extra)
-	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, cfg, logTo, 60*time.Second); err != nil {
+%s`, cl.kubeconfig, cl.ns, scope, cpuRequest, memoryRequest, extra)
+	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, addr, logLevel, rt, logTo, 60*time.Second); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -31,10 +31,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
@@ -76,16 +75,8 @@ func main() {
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	serverLog := flag.String("server-log", "", "write the server's log, at debug level, to this file (default: warnings to stderr)")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "perfbench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-ctx.Done()
-		cancel() // a second Ctrl-C kills the harness at once
-	}()
+	set := benchkit.Mode("perfbench", *mode, modes)
+	ctx := benchkit.Interruptible()
 	os.Exit(run(ctx, set, *mode, *out, *serverLog))
 }
 

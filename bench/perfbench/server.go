@@ -56,18 +56,13 @@ func startServer(ctx context.Context, logTo io.Writer, logLevel string) (_ *serv
 		return nil, err
 	}
 	s.Base = "http://" + addr
-	cfg := fmt.Sprintf(`version = 1
-[server]
-listen = %q
-api_key = %q
-log_level = %q
-[runtime]
+	rt := fmt.Sprintf(`[runtime]
 type = "docker"
 [runtime.docker]
 data_dir = %q
 label_scope = %q
-`, addr, s.Key, logLevel, filepath.Join(dir, "data"), s.scope)
-	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, cfg, logTo, 30*time.Second); err != nil {
+`, filepath.Join(dir, "data"), s.scope)
+	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, addr, logLevel, rt, logTo, 30*time.Second); err != nil {
 		return nil, err
 	}
 	return s, nil

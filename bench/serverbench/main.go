@@ -54,11 +54,7 @@ func main() {
 	mode := flag.String("mode", "full", "full or quick")
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
-	set, ok := modes[*mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "serverbench: unknown mode %q\n", *mode)
-		os.Exit(2)
-	}
+	set := benchkit.Mode("serverbench", *mode, modes)
 	b, err := startServer(set)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverbench:", err)

@@ -136,7 +136,7 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		ctx:      ctx, cancel: cancel,
 		probe:    map[types.UID]probeState{},
 		starts:   map[sandbox.ID]time.Time{},
-		pools:    poolCounters{byName: map[string]*poolCount{}, failedPods: map[types.UID]bool{}},
+		pools:    poolCounters{byName: map[string]*poolCount{}, claiming: map[string]bool{}, failedPods: map[types.UID]bool{}},
 		poolWake: make(chan struct{}, 1),
 		terms:    make(chan context.Context),
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
@@ -220,9 +220,6 @@ func (r *Runtime) Close() error {
 	r.httpc.CloseIdleConnections()
 	return nil
 }
-
-// Namespace returns the namespace the runtime works in.
-func (r *Runtime) Namespace() string { return r.ns }
 
 // Leading reports whether this replica holds the lease: only then does the
 // lifecycle manager enforce expiry and run housekeeping.

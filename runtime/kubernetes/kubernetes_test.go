@@ -256,7 +256,9 @@ func TestReplicas(t *testing.T) {
 	// over and deletes it on time.
 	stopLeader()
 	leader.Close()
+	handover := time.Now()
 	waitLeader(t, 10*time.Second, follower)
+	t.Logf("the follower leads %v after the leader closed", time.Since(handover).Round(time.Millisecond))
 	waitFor(t, 15*time.Second, "the expired sandbox is deleted by the new leader", func() bool {
 		_, err := follower.Get(ctx, id)
 		return errors.Is(err, sandbox.ErrNotFound)

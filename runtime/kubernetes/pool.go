@@ -496,9 +496,6 @@ func (r *Runtime) pickWarm(candidates []*sandbox.Pool, skip map[string]bool) (*c
 	pods := r.allPods()
 	r.pools.mu.Lock()
 	defer r.pools.mu.Unlock()
-	if r.pools.claiming == nil {
-		r.pools.claiming = map[string]bool{}
-	}
 	for _, p := range candidates {
 		rev := strconv.FormatInt(p.Revision, 10)
 		var ready []*corev1.Pod

@@ -43,13 +43,15 @@ type Process struct {
 	stopOnce sync.Once
 }
 
-// Start writes config to dir/sandbox.toml and starts dir/opensandbox-server
-// on it, in a process group of its own (a Ctrl-C reaches the harness
+// Start writes dir/sandbox.toml — a [server] table listening on addr with
+// c's key and logLevel, then runtime (the [runtime] tables) — and starts
+// dir/opensandbox-server on it, in a process group of its own (a Ctrl-C reaches the harness
 // only, which then stops the server and removes what it made), with its
 // output to logTo. It returns once the server answers /health through c,
 // and fails if it exits first or does not answer within healthWithin;
 // on failure the process is stopped.
-func Start(ctx context.Context, c *Client, dir, config string, logTo io.Writer, healthWithin time.Duration) (*Process, error) {
+func Start(ctx context.Context, c *Client, dir, addr, logLevel, runtime string, logTo io.Writer, healthWithin time.Duration) (*Process, error) {
+	config := fmt.Sprintf("version = 1\n[server]\nlisten = %q\napi_key = %q\nlog_level = %q\n", addr, c.Key, logLevel) + runtime
 	cfgPath := filepath.Join(dir, "sandbox.toml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return nil, fmt.Errorf("write the server's configuration: %w", err)
