@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X github.com/opensandbox/opensandbox/cli.Version=$(VERSION) -X
 # BENCH=quick runs a shorter benchmark.
 BENCH ?= full
 
-.PHONY: help build test test-unit test-e2e bench images docker demo fuzz lint clean k8s-up k8s-down k8s-clean k8s-images
+.PHONY: help build test test-unit test-e2e attack bench images docker demo fuzz lint clean k8s-up k8s-down k8s-clean k8s-images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,10 @@ test-e2e: build images ## only the end-to-end tests against real containers and 
 	@./scripts/test-deps.sh
 	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m ./e2e/...
+
+attack: build images ## only the attack suite (e2e/attack_*_test.go), printing each attempt and its result
+	@./scripts/test-deps.sh
+	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m -v -run 'Attack' ./e2e/... | grep -E '^(=== RUN|--- |\s+attack_.*attempt |ok|FAIL|PASS)'
 
 bench: build images ## every performance harness, with the Docker engine (or, on the make k8s-up cluster, a bare Pod) as baseline; tables, JSON and PNG charts in bench/results (BENCH=quick: under 2 minutes, 4 with the cluster up)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results
