@@ -143,9 +143,12 @@ type Server struct {
 	// even the key's length secret.
 	keyDigest [sha256.Size]byte
 	allow     []string // HostPathAllowlist, cleaned
-	now       func() time.Time
-	metrics   *Metrics
-	scrape    http.Handler // GET /metrics
+	// allowResolved is allow with symbolic links resolved once, at
+	// start: a link a sandbox swaps in later cannot widen it.
+	allowResolved []string
+	now           func() time.Time
+	metrics       *Metrics
+	scrape        http.Handler // GET /metrics
 }
 
 // New returns the API of m. It fails on a config that cannot work,
@@ -166,8 +169,9 @@ func New(m *Manager, cfg Config) (*Server, error) {
 		now:       time.Now,
 		metrics:   cfg.Metrics,
 	}
-	for _, p := range cfg.HostPathAllowlist {
-		s.allow = append(s.allow, filepath.Clean(p))
+	var err error
+	if s.allow, s.allowResolved, err = hostAllowlist(cfg.HostPathAllowlist); err != nil {
+		return nil, fmt.Errorf("lifecycle server config: %w", err)
 	}
 	scrape, err := cfg.Metrics.attach(s.rt, cfg.Version, s.log)
 	if err != nil {

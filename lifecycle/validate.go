@@ -506,11 +506,47 @@ func cleanSubPath(p string) (string, error) {
 // any directory that contains them.
 var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
 
+// hostAllowlist cleans the host-volume allow-list and resolves its
+// entries' symbolic links, once: entries resolved again on every request
+// could be redirected by a sandbox that writes where one of them leads.
+// For the same reason no entry may lie inside another, as written or
+// resolved: the outer one's sandboxes could swap a directory on the way
+// to the inner one for a link.
+func hostAllowlist(entries []string) (allow, resolved []string, err error) {
+	for _, p := range entries {
+		if !filepath.IsAbs(p) {
+			return nil, nil, fmt.Errorf("host path allow-list: %q is not absolute", p)
+		}
+		c := filepath.Clean(p)
+		if slices.Contains(allow, c) {
+			continue
+		}
+		r, err := resolveExisting(c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("host path allow-list: %q: %w", p, err)
+		}
+		allow, resolved = append(allow, c), append(resolved, r)
+	}
+	for i := range allow {
+		for j := range allow {
+			if i == j {
+				continue
+			}
+			if within(allow[i], allow[j]) || within(resolved[i], resolved[j]) {
+				return nil, nil, fmt.Errorf("host path allow-list: %s lies inside %s (resolved: %s in %s); list only the outer one, whose sandboxes could otherwise redirect the inner one",
+					allow[i], allow[j], resolved[i], resolved[j])
+			}
+		}
+	}
+	return allow, resolved, nil
+}
+
 // checkHostPath allows host path p (mounted at its subdirectory sub) only
 // if p and p/sub lie under an allow-list entry, both as written (cleaned)
-// and with every symlink resolved, and neither is, nor contains, the
-// Docker socket. It returns p/sub with every symlink resolved; field
-// names p in messages.
+// and with every symlink resolved (the entries' as resolved at start), and
+// neither is, nor contains, the Docker socket. It returns p/sub with every
+// symlink resolved, which the runtime mounts only if it still has no link
+// in it; field names p in messages.
 func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
 		return "", invalid(codeVolumeHostPath, "%s %q: want an absolute path on this host", field, p)
@@ -543,12 +579,7 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 		}
 	}
 
-	var allowResolved []string
-	for _, a := range s.allow {
-		if r, err := resolveExisting(a); err == nil {
-			allowResolved = append(allowResolved, r)
-		}
-	}
+	allowResolved := s.allowResolved
 	underAny := func(c string, dirs []string) bool {
 		return slices.ContainsFunc(dirs, func(d string) bool { return within(c, d) })
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,6 +222,53 @@ func TestHostPaths(t *testing.T) {
 				t.Fatalf("checkHostPath(%q, %q) = %q, %v; want 400 %s", tt.path, tt.sub, got, err, tt.code)
 			}
 		})
+	}
+}
+
+// TestHostAllowlist: entries are resolved once, at start, and may not
+// lie inside one another, as written or resolved.
+func TestHostAllowlist(t *testing.T) {
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a/inner", "b", "c", "outside"} {
+		os.MkdirAll(filepath.Join(tmp, d), 0o755)
+	}
+	os.Symlink(filepath.Join(tmp, "a", "inner"), filepath.Join(tmp, "into-a"))
+	os.Symlink(filepath.Join(tmp, "c"), filepath.Join(tmp, "to-c"))
+	p := func(rel string) string { return filepath.Join(tmp, rel) }
+	for _, bad := range [][]string{
+		{p("a"), p("a/inner")}, // nested as written
+		{p("a/inner"), p("a")}, // in either order
+		{p("a"), p("into-a")},  // nested once resolved: a's sandboxes could swap a/inner
+		{"/", p("b")},          // everything holds everything
+		{"relative/path"},      // not absolute
+	} {
+		if _, _, err := hostAllowlist(bad); err == nil {
+			t.Errorf("hostAllowlist(%q) accepted", bad)
+		}
+	}
+	allow, resolved, err := hostAllowlist([]string{p("a"), p("b") + "/", p("a"), p("to-c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{p("a"), p("b"), p("to-c")}; !slices.Equal(allow, want) {
+		t.Errorf("allow %q, want %q", allow, want)
+	}
+	if want := []string{p("a"), p("b"), p("c")}; !slices.Equal(resolved, want) {
+		t.Errorf("resolved %q, want %q", resolved, want)
+	}
+
+	// A link among the entries retargeted after start widens nothing.
+	srv := hostPathServer(t, p("to-c"))
+	if _, err := srv.checkHostPath("p", p("to-c"), ""); err != nil {
+		t.Fatalf("the entry itself: %v", err)
+	}
+	os.Remove(p("to-c"))
+	os.Symlink(p("outside"), p("to-c"))
+	if got, err := srv.checkHostPath("p", p("to-c"), ""); err == nil {
+		t.Fatalf("the retargeted entry was allowed, resolved to %s", got)
 	}
 }
 

@@ -190,10 +190,19 @@ func (c *fileConfig) validate() error {
 		if !filepath.IsAbs(p) {
 			return fmt.Errorf("server.host_volume_allowlist: %q is not an absolute path", p)
 		}
-		// The runtime's data holds every sandbox's token: no sandbox may
-		// mount it, or a directory above it.
-		if dataDir := c.Runtime.Docker.DataDir; dataDir != "" && within(filepath.Clean(dataDir), filepath.Clean(p)) {
-			return fmt.Errorf("server.host_volume_allowlist: %q contains runtime.docker.data_dir %s, which holds the sandboxes' tokens", p, dataDir)
+		// The runtime's data holds every sandbox's token and the staging
+		// paths of its volume pins: no sandbox may mount it, a directory
+		// above it, or one inside it (where it could put a link).
+		if dataDir := c.Runtime.Docker.DataDir; dataDir != "" {
+			for _, pair := range pathForms(p, dataDir) {
+				entry, data := pair[0], pair[1]
+				if within(data, entry) {
+					return fmt.Errorf("server.host_volume_allowlist: %q contains runtime.docker.data_dir %s, which holds the sandboxes' tokens", p, dataDir)
+				}
+				if within(entry, data) {
+					return fmt.Errorf("server.host_volume_allowlist: %q lies inside runtime.docker.data_dir %s, which holds the sandboxes' tokens and volume pins", p, dataDir)
+				}
+			}
 		}
 	}
 	switch s.LogFormat {
@@ -228,6 +237,25 @@ func (c *fileConfig) validate() error {
 // within reports whether clean path p is dir or lies under it.
 func within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+// pathForms pairs a and b as written (cleaned) and with their symbolic
+// links resolved, where they exist.
+func pathForms(a, b string) [][2]string {
+	a, b = filepath.Clean(a), filepath.Clean(b)
+	forms := [][2]string{{a, b}}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	if errA != nil {
+		ra = a
+	}
+	if errB != nil {
+		rb = b
+	}
+	if ra != a || rb != b {
+		forms = append(forms, [2]string{ra, rb})
+	}
+	return forms
 }
 
 var errNoAPIKey = errors.New("no API key: set server.api_key (or " + envAPIKey + ") to a key made with\n  opensandbox-server gen-key\nor set server.insecure = true to accept every request (local experiments only)")

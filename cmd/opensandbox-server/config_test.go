@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,9 +137,34 @@ func TestGenKey(t *testing.T) {
 }
 
 func TestAllowlistMayNotHoldTheDataDir(t *testing.T) {
-	path := writeConfig(t, "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nhost_volume_allowlist = [\"/var/lib\"]\n")
-	if _, err := loadConfig(path, false); err == nil || !strings.Contains(err.Error(), "tokens") {
-		t.Fatalf("allowlist above the data dir: %v", err)
+	tmp := t.TempDir()
+	data := filepath.Join(tmp, "data")
+	os.MkdirAll(filepath.Join(data, "mounts"), 0o700)
+	os.Symlink(filepath.Join(data, "mounts"), filepath.Join(tmp, "link-in"))
+	os.Symlink(tmp, filepath.Join(tmp, "link-above"))
+	for _, entry := range []string{
+		"/var/lib",                               // above the default data dir
+		tmp,                                      // above
+		data,                                     // the data dir itself
+		filepath.Join(data, "mounts"),            // inside: the volume pins' staging paths
+		filepath.Join(tmp, "link-in"),            // inside, through a link
+		filepath.Join(tmp, "link-above", "data"), // the data dir, through a link
+	} {
+		dataDir := data
+		if entry == "/var/lib" {
+			dataDir = ""
+		}
+		text := fmt.Sprintf("version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nhost_volume_allowlist = [%q]\n", entry)
+		if dataDir != "" {
+			text += fmt.Sprintf("[runtime.docker]\ndata_dir = %q\n", dataDir)
+		}
+		if _, err := loadConfig(writeConfig(t, text), false); err == nil || !strings.Contains(err.Error(), "tokens") {
+			t.Errorf("allowlist entry %s with data dir %s: %v", entry, data, err)
+		}
+	}
+	text := fmt.Sprintf("version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nhost_volume_allowlist = [%q]\n[runtime.docker]\ndata_dir = %q\n", filepath.Join(tmp, "data-other"), data)
+	if _, err := loadConfig(writeConfig(t, text), false); err != nil {
+		t.Errorf("a sibling of the data dir: %v", err)
 	}
 }
 

@@ -277,8 +277,13 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: cfg.ExecdPath, Target: execdInSandbox, ReadOnly: true},
 	}
-	for _, v := range spec.Volumes {
-		m, err := volumeMount(v)
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		src := ""
+		if pinned(v) {
+			src = cfg.pinTarget(id, i, v)
+		}
+		m, err := volumeMount(v, src)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -352,20 +357,16 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 	return res, nil
 }
 
-func volumeMount(v sandbox.Volume) (mount.Mount, error) {
+// volumeMount is the mount of volume v. A pinned volume (see pins.go)
+// is a bind of its staging path pin, never of the path the request named.
+func volumeMount(v *sandbox.Volume, pin string) (mount.Mount, error) {
 	switch {
-	case v.HostPath != "":
-		src := v.HostPath
-		if v.SubPath != "" {
-			src = filepath.Join(src, v.SubPath)
-		}
-		return mount.Mount{Type: mount.TypeBind, Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly,
+	case pin != "":
+		return mount.Mount{Type: mount.TypeBind, Source: pin, Target: v.MountPath, ReadOnly: v.ReadOnly,
 			BindOptions: &mount.BindOptions{CreateMountpoint: false}}, nil
+	case v.HostPath != "":
+		return mount.Mount{}, errors.New("volume " + v.Name + ": a host path is only mounted through its pin")
 	case v.Claim != nil:
-		if v.SubPath != "" {
-			return mount.Mount{}, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_SUBPATH",
-				fmt.Sprintf("volume %s: subPath on a named volume needs Docker 26 or later", v.Name))
-		}
 		return mount.Mount{Type: mount.TypeVolume, Source: v.Claim.Name, Target: v.MountPath, ReadOnly: v.ReadOnly}, nil
 	}
 	return mount.Mount{}, errors.New("volume " + v.Name + " has no backend")

@@ -40,6 +40,9 @@ type Runtime struct {
 	events   *eventLog
 	pulls    *pulls
 	runtimes map[string]bool // OCI runtimes the engine has
+	// pinErr says why this process cannot pin volumes (see pins.go);
+	// nil when it can.
+	pinErr error
 
 	// ctx lives as long as the runtime: creates and the event loop run in
 	// it, not in the request that started them.
@@ -180,12 +183,19 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 			return nil, err
 		}
 	}
+	if err := os.MkdirAll(cfg.pinsDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("create the volume pins' directory: %w", err)
+	}
+	if r.pinErr = canPin(cfg.pinsDir()); r.pinErr != nil {
+		r.log.Warn("host volumes and volume sub paths are refused: this process cannot bind-mount", "err", r.pinErr)
+	}
 	if err := r.loadPools(); err != nil {
 		return nil, err
 	}
 	if err := r.rebuild(ctx); err != nil {
 		return nil, err
 	}
+	r.sweepPins()
 	r.wg.Add(2)
 	go r.watchEvents()
 	go r.poolLoop()
@@ -320,12 +330,21 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 	if err := r.checkVolumes(ctx, spec.Volumes); err != nil {
 		return nil, err
 	}
+	if r.pinErr != nil && needsPins(spec.Volumes) {
+		return nil, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::UNSUPPORTED",
+			fmt.Sprintf("host volumes and volume sub paths are not available on this server: %v", r.pinErr))
+	}
 
 	rec := &record{
 		ID: id, Image: spec.Image, SnapshotID: spec.SnapshotID, Entrypoint: slices.Clone(spec.Entrypoint),
 		Metadata: maps.Clone(spec.Metadata), Extensions: maps.Clone(spec.Extensions), Platform: spec.Platform,
 		SecureAccess: spec.SecureAccess, CreatedAt: created, ExpiresAt: spec.ExpiresAt,
 		NeededAuth: spec.ImageAuth != nil, Token: token, Pool: pool, PoolRevision: revision,
+	}
+	for _, v := range spec.Volumes {
+		if v.Claim != nil && v.SubPath != "" && !slices.Contains(rec.SubPathVolumes, v.Claim.Name) {
+			rec.SubPathVolumes = append(rec.SubPathVolumes, v.Claim.Name)
+		}
 	}
 	stored := spec
 	stored.ImageAuth = nil
@@ -458,8 +477,15 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 	if err := r.eng.remove(ctx, containerName(id)); err != nil {
 		return fmt.Errorf("remove container of %s: %w", id, err)
 	}
+	r.removeSandboxPins(id)
 	if rec, err := r.st.record(id); err == nil && rec != nil {
 		for _, v := range rec.OwnedVolumes {
+			if user := r.subPathUser(id, v); user != "" {
+				// The engine would refuse to remove a volume another
+				// container mounts; it cannot see this one's sub path.
+				r.log.Warn("keeping the volume of a deleted sandbox: another sandbox mounts a sub path of it", "sandbox", id, "volume", v, "user", user)
+				continue
+			}
 			if err := r.eng.removeVolume(ctx, v); err != nil {
 				r.log.Warn("remove volume of deleted sandbox", "sandbox", id, "volume", v, "err", err)
 			}

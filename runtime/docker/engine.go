@@ -284,6 +284,23 @@ func (e *engine) volumeExists(ctx context.Context, name string) (map[string]stri
 	return nil, false, fmt.Errorf("inspect volume %s: %w", name, err)
 }
 
+// volumeInfo is what the runtime needs to know of a named volume.
+type volumeInfo struct {
+	Name       string
+	Driver     string
+	Mountpoint string
+	Options    map[string]string
+	Labels     map[string]string
+}
+
+func (e *engine) volumeInfo(ctx context.Context, name string) (volumeInfo, error) {
+	v, err := e.c.VolumeInspect(ctx, name)
+	if err != nil {
+		return volumeInfo{}, fmt.Errorf("inspect volume %s: %w", name, classify(err))
+	}
+	return volumeInfo{Name: v.Name, Driver: v.Driver, Mountpoint: v.Mountpoint, Options: v.Options, Labels: v.Labels}, nil
+}
+
 func (e *engine) createVolume(ctx context.Context, name string, labels map[string]string) error {
 	_, err := e.c.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels})
 	return err

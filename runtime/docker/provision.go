@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -95,14 +94,17 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	id := e.sb.ID
 	var info containerInfo
 	var err error
+	created := false
 	if e.fresh {
 		// Made in this process a moment ago: there is no container to
 		// find, and one engine call fewer is a few milliseconds less.
 		info, err = r.createContainer(ctx, e, spec)
+		created = true
 	} else {
 		info, err = r.eng.inspect(ctx, containerName(id))
 		if errors.Is(err, errNoSuchObject) {
 			info, err = r.createContainer(ctx, e, spec)
+			created = true
 		}
 	}
 	var f *failure
@@ -112,11 +114,8 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 		return &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("inspect the new container: %v", err)}
 	}
 	if info.State != "running" && info.State != "paused" {
-		if err := r.eng.start(ctx, info.ID); err != nil {
-			return &failure{"CONTAINER_START_FAILED", fmt.Sprintf("the container did not start: %v", err)}
-		}
-		if info, err = r.eng.inspect(ctx, info.ID); err != nil {
-			return &failure{"CONTAINER_START_FAILED", err.Error()}
+		if info, err = r.startContainer(ctx, id, info.ID, spec.Volumes, !created); err != nil {
+			return err
 		}
 	}
 	r.mu.Lock()
@@ -153,11 +152,35 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	return nil
 }
 
+// startContainer starts the container cid of sandbox id and inspects it.
+// The pins of its volumes are made again first when repin is set (a
+// container made before a restart: its pins may be gone, or stale), and
+// released once the engine has mounted them: the running container holds
+// its own mounts, and no host directory stays mounted on the host.
+func (r *Runtime) startContainer(ctx context.Context, id sandbox.ID, cid string, vols []sandbox.Volume, repin bool) (containerInfo, error) {
+	if needsPins(vols) {
+		defer r.releasePins(id)
+		if repin {
+			if err := r.pinVolumes(ctx, id, vols); err != nil {
+				return containerInfo{}, err
+			}
+		}
+	}
+	if err := r.eng.start(ctx, cid); err != nil {
+		return containerInfo{}, &failure{"CONTAINER_START_FAILED", fmt.Sprintf("the container did not start: %v", err)}
+	}
+	info, err := r.eng.inspect(ctx, cid)
+	if err != nil {
+		return containerInfo{}, &failure{"CONTAINER_START_FAILED", err.Error()}
+	}
+	return info, nil
+}
+
 // createContainer makes the sandbox's container: image, named volumes,
 // then the container itself. The engine call that makes the container is
 // not cancelled with ctx, since the engine finishes it anyway: a delete
 // that arrives meanwhile finds the container made, and removes it.
-func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.Spec) (containerInfo, error) {
+func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.Spec) (_ containerInfo, retErr error) {
 	id := e.sb.ID
 	if err := r.ensureImage(ctx, e, spec); err != nil {
 		return containerInfo{}, err
@@ -165,8 +188,17 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if err := r.ensureVolumes(ctx, id, spec.Volumes); err != nil {
 		return containerInfo{}, err
 	}
-	if err := recheckHostPaths(spec.Volumes); err != nil {
+	// Pinned now, since the engine wants a bind's source to exist when
+	// it makes the container; released once the container started.
+	if err := r.pinVolumes(ctx, id, spec.Volumes); err != nil {
 		return containerInfo{}, err
+	}
+	if needsPins(spec.Volumes) {
+		defer func() {
+			if retErr != nil {
+				r.releasePins(id)
+			}
+		}()
 	}
 	r.mu.Lock()
 	token, pool := e.token, e.pool
@@ -197,22 +229,6 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		return containerInfo{ID: cid, State: "created"}, nil
 	}
 	return r.eng.inspect(ctx, containerName(id))
-}
-
-// recheckHostPaths makes sure, right before the mount, that no host
-// volume path has gained a symbolic link since the API checked it: the
-// API passes paths with every link resolved, so any link now is a swap.
-func recheckHostPaths(vols []sandbox.Volume) error {
-	for _, v := range vols {
-		if v.HostPath == "" {
-			continue
-		}
-		p := filepath.Join(v.HostPath, v.SubPath)
-		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
-			return &failure{"VOLUME_CHANGED", fmt.Sprintf("volume %s: host path %s now leads to %s; it changed since it was checked", v.Name, p, real)}
-		}
-	}
-	return nil
 }
 
 // ensureImage makes spec's image available: pulled per the pull policy,
@@ -356,6 +372,14 @@ func (r *Runtime) checkVolumes(ctx context.Context, vols []sandbox.Volume) error
 		case ok && labels[labelScope] != r.cfg.LabelScope && !r.volumeAllowed(v.Claim.Name):
 			return sandbox.Coded(sandbox.ErrInvalid, "VOLUME::NOT_ALLOWED",
 				fmt.Sprintf("volume %s: named volume %s exists but was not made by this server; allow it with runtime.docker.named_volume_allowlist", v.Name, v.Claim.Name))
+		case ok && v.SubPath != "":
+			vi, err := r.eng.volumeInfo(ctx, v.Claim.Name)
+			if err != nil {
+				return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+			}
+			if err := subPathVolumeOK(vi); err != nil {
+				return sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_SUBPATH", fmt.Sprintf("volume %s: %v", v.Name, err))
+			}
 		}
 	}
 	return nil

@@ -427,5 +427,6 @@ func (r *Runtime) reconcileLocked(ctx context.Context) error {
 			}
 		}
 	}
+	r.sweepPins()
 	return nil
 }

@@ -257,16 +257,3 @@ func TestForeignNamedVolumesRefused(t *testing.T) {
 	runtimetest.WaitState(t, allowed, id, sandbox.StateRunning, 30*time.Second)
 }
 
-func TestRecheckHostPaths(t *testing.T) {
-	dir := t.TempDir()
-	real := filepath.Join(dir, "real")
-	os.Mkdir(real, 0o755)
-	if err := recheckHostPaths([]sandbox.Volume{{Name: "v", HostPath: real}}); err != nil {
-		t.Fatal(err)
-	}
-	swapped := filepath.Join(dir, "swapped")
-	os.Symlink("/etc", swapped)
-	if err := recheckHostPaths([]sandbox.Volume{{Name: "v", HostPath: swapped}}); err == nil {
-		t.Fatal("a path that became a symlink passed")
-	}
-}

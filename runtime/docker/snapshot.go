@@ -212,6 +212,9 @@ func (r *Runtime) RemoveScope(ctx context.Context) error {
 	errs = append(errs, err)
 	for _, c := range containers {
 		errs = append(errs, r.eng.remove(ctx, c.ID))
+		if id := sandbox.ID(c.Labels[labelID]); id != "" {
+			r.removeSandboxPins(id)
+		}
 	}
 	images, err := r.eng.imagesWithLabel(ctx, r.scopeLabel())
 	errs = append(errs, err)

@@ -61,6 +61,10 @@ type record struct {
 	Failure *sandbox.Status `json:"failure,omitempty"`
 	// OwnedVolumes are named volumes made for this sandbox that go with it.
 	OwnedVolumes []string `json:"ownedVolumes,omitempty"`
+	// SubPathVolumes are named volumes the sandbox mounts at a sub path:
+	// the engine does not know it uses them, so the runtime keeps them
+	// from being removed under it.
+	SubPathVolumes []string `json:"subPathVolumes,omitempty"`
 	// Deleting marks a delete in progress, which a restart finishes.
 	Deleting bool `json:"deleting,omitempty"`
 	// Token is the sandbox's execd token. The store file is readable by
