@@ -256,4 +256,3 @@ func TestForeignNamedVolumesRefused(t *testing.T) {
 	}
 	runtimetest.WaitState(t, allowed, id, sandbox.StateRunning, 30*time.Second)
 }
-
