@@ -383,11 +383,13 @@ func resources(cfg *Config, r sandbox.Resources) (corev1.ResourceRequirements, e
 }
 
 // volumeFor turns the i-th volume of a sandbox into a pod volume and its
-// mount. A host path is mounted as the allow-list entry that contains it
-// with the rest as the mount's subPath: the kubelet resolves a subPath
-// inside its volume and refuses one that leaves it through a symbolic
-// link, which a check on the server's own file system could not promise
-// for the node's.
+// mount. A host path is mounted as the outermost allow-list entry that
+// contains it with the rest as the mount's subPath: the kubelet resolves a
+// subPath inside its volume and refuses one that leaves it through a
+// symbolic link, which a check on the server's own file system could not
+// promise for the node's. The outermost, because the hostPath itself is
+// followed through links: an inner entry could be redirected by the
+// sandboxes of an outer one.
 func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.VolumeMount, error) {
 	name := fmt.Sprintf("volume-%d", i)
 	mount := corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath}
@@ -397,7 +399,7 @@ func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.
 		root := ""
 		for _, a := range allow {
 			a = path.Clean(a)
-			if (full == a || a == "/" || strings.HasPrefix(full, a+"/")) && len(a) > len(root) {
+			if (full == a || a == "/" || strings.HasPrefix(full, a+"/")) && (root == "" || len(a) < len(root)) {
 				root = a
 			}
 		}

@@ -1,0 +1,161 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opensandbox/opensandbox/sandbox"
+)
+
+// TestAttackHostPathSubPath: a host volume reaches a pod as its allow-list
+// entry plus a subPath, which the kubelet opens inside the entry without
+// following a link out of it. A directory of the entry that is a link to
+// the node's secrets when the pod starts, or is swapped with one again and
+// again while pods start, is never mounted: each pod mounts the directory
+// or fails to start. The test cluster's node is this machine, so the
+// entry, the secrets and the swapping are all local.
+func TestAttackHostPathSubPath(t *testing.T) {
+	env := newTestEnv(t)
+	base := t.TempDir()
+	allowed, secrets := filepath.Join(base, "allowed"), filepath.Join(base, "secrets")
+	marker := "node-secret-" + randomSuffix()
+	for _, d := range []string{allowed, secrets} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(secrets, marker), []byte("the node's own\n"), 0o644)
+	cfg := env.config("hostpath")
+	cfg.HostPathAllowlist = []string{allowed}
+	rt := env.runtime(t, cfg)
+	race := filepath.Join(allowed, "race")
+
+	// mountOnce starts a pod mounting allowed/race, as the lifecycle server
+	// hands it over after its check, and reports what the pod saw.
+	mountOnce := func() (string, error) {
+		ctx := context.Background()
+		id := sandbox.NewID()
+		spec := sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint, Volumes: []sandbox.Volume{
+			{Name: "v", MountPath: "/v", HostPath: race, HostPathAsWritten: race}}}
+		if _, err := rt.Create(ctx, id, spec); err != nil {
+			return "", err
+		}
+		defer rt.Delete(context.WithoutCancel(ctx), id)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			sb, err := rt.Get(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			switch sb.Status.State {
+			case sandbox.StateFailed:
+				return "failed: " + sb.Status.Reason, nil
+			case sandbox.StateRunning:
+				ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+				if err != nil {
+					return "", err
+				}
+				out, err := commandOutput(ep, "ls -a /v")
+				if err != nil {
+					return "", err
+				}
+				if strings.Contains(out, marker) {
+					return "ESCAPED", fmt.Errorf("pod of %s shows the node's secrets at /v: %s", id, out)
+				}
+				return "mounted the directory", nil
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("sandbox %s still %s", id, sb.Status.State)
+			}
+		}
+	}
+
+	t.Run("link-when-the-pod-starts", func(t *testing.T) {
+		if err := os.Symlink(secrets, race); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(race)
+		got, err := mountOnce()
+		if err != nil || got != "failed: CONTAINER_START_FAILED" {
+			t.Fatalf("a pod whose subPath is a link out of its entry: %q, %v", got, err)
+		}
+		t.Logf("attempt hostpath-subpath-link → held: the pod failed to start (%s)", got)
+	})
+
+	t.Run("swapped-while-pods-start", func(t *testing.T) {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // the attacker: a directory and a link take turns
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					os.Remove(race)
+					return
+				default:
+				}
+				os.Mkdir(race, 0o755)
+				time.Sleep(time.Duration(1+(i%4)*100) * time.Millisecond)
+				os.Remove(race)
+				os.Symlink(secrets, race)
+				time.Sleep(time.Millisecond)
+				os.Remove(race)
+			}
+		}()
+		defer func() { close(stop); wg.Wait() }()
+		const n = 16
+		counts := map[string]int{}
+		var mu sync.Mutex
+		var pods sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for range n {
+			pods.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer pods.Done()
+				defer func() { <-sem }()
+				got, err := mountOnce()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("%s: %v", got, err)
+					got = "error"
+				}
+				counts[got]++
+			}()
+		}
+		pods.Wait()
+		if counts["ESCAPED"] > 0 {
+			t.Errorf("%d of %d pods mounted the node's secrets", counts["ESCAPED"], n)
+		}
+		t.Logf("attempt hostpath-subpath-race: %d pods while the directory is swapped with a link: %v", n, counts)
+	})
+}
+
+// commandOutput runs a shell command through execd and returns the
+// response, for goroutines (runCommand fails the test itself).
+func commandOutput(ep sandbox.Endpoint, cmd string) (string, error) {
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ep.Address+"/command", strings.NewReader(`{"command":`+quoteJSON(cmd)+`}`))
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("command: %s: %s", resp.Status, b)
+	}
+	return string(b), err
+}
