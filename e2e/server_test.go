@@ -104,6 +104,14 @@ start_timeout = "30s"
 			t.Logf("server log (tail):\n%s", tail(s.logs.String(), 60))
 		}
 		removeScope(s.scope)
+		// A server killed while it made a sandbox can leave a volume pin
+		// mounted in its data directory: removing the directory would
+		// then remove the pinned host directory's files.
+		for _, m := range pinMounts(s.dataDir) {
+			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", m, err)
+			}
+		}
 	})
 	s.start()
 	return s
