@@ -1,13 +1,19 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime/multipart"
 	"net"
+	"net/textproto"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -932,4 +938,297 @@ h.HTTPServer(("0.0.0.0", 8080), H).serve_forever()`}
 			return "the app saw: " + strings.Join(strings.Fields(strings.ReplaceAll(body, control, "(control)")), " ")
 		})
 	}
+}
+
+// uploadStatus uploads one file through the multipart API and returns the
+// status and answer, whatever they are.
+func (c *container) uploadStatus(path string, data []byte) (int, string) {
+	c.t.Helper()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", `form-data; name="metadata"; filename="metadata"`)
+	h.Set("Content-Type", "application/json")
+	w, _ := mw.CreatePart(h)
+	json.NewEncoder(w).Encode(api.FileMetadata{Path: path})
+	fw, _ := mw.CreateFormFile("file", "blob")
+	fw.Write(data)
+	mw.Close()
+	resp := c.request("POST", "/files/upload", &body, "Content-Type", mw.FormDataContentType())
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+// tarEntry is one entry of a hand-made archive.
+type tarEntry struct {
+	name, link, body string
+	typ              byte
+	major, minor     int64
+	size             int64 // when not len(body): a header that lies
+}
+
+func makeTar(entries ...tarEntry) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		typ := cmp.Or(e.typ, byte(tar.TypeReg))
+		size := int64(0)
+		if typ == tar.TypeReg {
+			size = cmp.Or(e.size, int64(len(e.body)))
+		}
+		tw.WriteHeader(&tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: 0o644, Size: size, Devmajor: e.major, Devminor: e.minor})
+		if e.size != 0 {
+			// A lying header: write what there is and stop, unfinished.
+			tw.Flush()
+			b.WriteString(e.body)
+			return b.Bytes()
+		}
+		tw.Write([]byte(e.body))
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+// dirEntries lists a host directory's entries, sorted.
+func dirEntries(t *testing.T, dir string) string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, ",")
+}
+
+// TestAttackTraversal: execd's file API, uploads and archives resolve
+// every path inside the sandbox, whatever "..", absolute paths and
+// symlinks it holds: a file of the host is never read or written, bad
+// archives get a clear 4xx, and osb cp writes nothing on the host outside
+// the destination it was given.
+func TestAttackTraversal(t *testing.T) {
+	// A host directory with a secret beside an allowed host volume: from
+	// the host's side, a symlink in the volume to ../secret leads to it.
+	hostDir := t.TempDir()
+	secret := "host-secret-" + randomHex(12)
+	if err := os.WriteFile(filepath.Join(hostDir, "secret"), []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allowed := filepath.Join(hostDir, "allowed")
+	os.Mkdir(allowed, 0o777)
+	hostBefore := dirEntries(t, hostDir)
+	s := startServer(t, serverOptions{server: fmt.Sprintf("host_volume_allowlist = [%q]", allowed)})
+	req := sandboxRequest(pythonImage, "sleep", "infinity")
+	req.Volumes = []api.Volume{{Name: "work", MountPath: "/work", Host: &api.HostVolume{Path: allowed}}}
+	id := s.create(req)
+	s.waitState(id, "Running", 60*time.Second)
+	c := s.execd(id)
+	c.putProbe()
+	hostSecret := filepath.Join(hostDir, "secret")
+	c.mustRun("ln -s " + hostDir + " /tmp/l-abs; ln -s / /tmp/l-root; ln -s ../../../../../../.. /tmp/l-up; " +
+		"ln -s ../secret /work/up; ln -s " + hostSecret + " /work/abs")
+
+	reads := []string{
+		"/files/download?path=" + hostSecret,
+		"/files/download?path=/../../../.." + hostSecret,
+		"/files/download?path=" + url.QueryEscape("/"+strings.ReplaceAll(hostSecret, "/", "//")),
+		"/files/download?path=" + url.QueryEscape("/%2e%2e/%2e%2e"+hostSecret),
+		"/files/download?path=/tmp/l-abs/secret",
+		"/files/download?path=/tmp/l-root" + hostSecret,
+		"/files/download?path=/tmp/l-up" + hostSecret,
+		"/files/download?path=/proc/1/root" + hostSecret,
+		"/files/download?path=/proc/self/root" + hostSecret,
+		"/files/download?path=/proc/1/cwd/../../../.." + hostSecret,
+		"/files/download?path=/work/up",
+		"/files/download?path=/work/abs",
+		"/files/download?path=/work/../secret",
+		"/files/download?path=/work/../../../.." + hostSecret,
+		"/files/info?path=" + hostSecret,
+		"/files/info?path=/work/up",
+		"/directories/list?path=" + hostDir,
+		"/directories/list?path=/tmp/l-abs",
+		"/files/search?path=" + hostDir + "&pattern=secret",
+		"/files/search?path=/tmp/l-abs&pattern=*",
+		"/files/archive?path=" + hostDir,
+		"/files/archive?path=/tmp/l-abs",
+		"/files/archive?path=/work",
+	}
+	readAll := func(t *testing.T) map[string]string {
+		got := map[string]string{}
+		for _, p := range reads {
+			resp := c.request("GET", p, nil)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(data), secret) {
+				t.Errorf("GET %s: %d, the host's secret: %.200q", p, resp.StatusCode, data)
+			}
+			got[p] = fmt.Sprint(resp.StatusCode)
+		}
+		return got
+	}
+	attack(t, "read a host file through the file API (.., absolute, symlinks, /proc/N/root, a host volume)", func(t *testing.T) string {
+		got := readAll(t)
+		for _, p := range reads {
+			if strings.HasPrefix(p, "/files/download") && got[p] != "404" {
+				t.Errorf("GET %s: %s, want 404 (nothing there in the sandbox)", p, got[p])
+			}
+		}
+		return fmt.Sprintf("%d reads, none answered with the host's file: %v", len(reads), got)
+	})
+	attack(t, "the same paths once the sandbox has a file there", func(t *testing.T) string {
+		// The paths resolve in the sandbox's own tree: with a file of the
+		// sandbox's at the host secret's path they find that file, and
+		// still never the host's.
+		c.mustRun("mkdir -p " + hostDir + " && echo inside-copy > " + hostSecret)
+		defer c.mustRun("rm -rf " + hostDir)
+		readAll(t)
+		resp, data := c.download(hostSecret)
+		if resp.StatusCode != 200 || strings.TrimSpace(string(data)) != "inside-copy" {
+			t.Errorf("GET the sandbox's own copy: %d %q", resp.StatusCode, data)
+		}
+		resp, data = c.download("/proc/1/root" + hostSecret)
+		if strings.TrimSpace(string(data)) != "inside-copy" {
+			t.Errorf("GET /proc/1/root%s: %d %q, want the sandbox's copy", hostSecret, resp.StatusCode, data)
+		}
+		return "every path that reached a file reached the sandbox's copy"
+	})
+
+	attack(t, "write a host file through uploads (.., absolute, symlinks)", func(t *testing.T) string {
+		var got []string
+		for _, p := range []string{"../../../../.." + hostDir + "/up-rel", hostDir + "/up-abs", "/tmp/l-abs/up-link",
+			"/tmp/l-up" + hostDir + "/up-up", "/work/../" + filepath.Base(hostDir) + "-up", "/work/up"} {
+			status, body := c.uploadStatus(p, []byte("pwned"))
+			got = append(got, fmt.Sprintf("%s %d", p, status))
+			if status >= 500 {
+				t.Errorf("upload to %s: %d %s", p, status, body)
+			}
+		}
+		if after := dirEntries(t, hostDir); after != hostBefore {
+			t.Errorf("the host directory changed: %s, was %s", after, hostBefore)
+		}
+		if data, _ := os.ReadFile(hostSecret); string(data) != secret {
+			t.Errorf("the host's secret now holds %q", data)
+		}
+		// What the uploads made is in the sandbox: its own copy of the
+		// host directory's path, and in the volume itself.
+		inside := c.mustRun("ls " + hostDir + "; ls -l /work | tail -n +2")
+		return strings.Join(got, ", ") + "; in the sandbox: " + strings.Join(strings.Fields(inside), " ")
+	})
+
+	c.mustRun("mkdir -p /tmp/x")
+	for _, tc := range []struct {
+		name    string
+		archive []byte
+	}{
+		{"an entry with ..", makeTar(tarEntry{name: "../escaped", body: "x"})},
+		{"an entry with .. further in", makeTar(tarEntry{name: "a/../../escaped", body: "x"})},
+		{"an absolute entry", makeTar(tarEntry{name: "/abs-escaped", body: "x"})},
+		{"an absolute entry at the host's path", makeTar(tarEntry{name: hostDir + "/tar-abs", body: "x"})},
+		{"a symlink out, then a file through it", makeTar(tarEntry{name: "l", typ: tar.TypeSymlink, link: hostDir}, tarEntry{name: "l/through-abs", body: "x"})},
+		{"a relative symlink out, then a file through it", makeTar(tarEntry{name: "l", typ: tar.TypeSymlink, link: "../../../../../.." + hostDir}, tarEntry{name: "l/through-rel", body: "x"})},
+		{"a symlink out, then a directory through it", makeTar(tarEntry{name: "l", typ: tar.TypeSymlink, link: "/"}, tarEntry{name: "l/tmp/through-dir/", typ: tar.TypeDir})},
+		{"a hard link to an absolute path", makeTar(tarEntry{name: "h", typ: tar.TypeLink, link: "/etc/passwd"})},
+		{"a hard link up the tree", makeTar(tarEntry{name: "h", typ: tar.TypeLink, link: "../keep"})},
+		{"not an archive", []byte("this is not a tar archive, and it is long enough to hold a header block..." + strings.Repeat("!", 600))},
+		{"an entry longer than the archive", makeTar(tarEntry{name: "short", body: "only this", size: 1 << 20})},
+	} {
+		attack(t, "tar upload: "+tc.name, func(t *testing.T) string {
+			resp := c.request("POST", "/files/archive?path=/tmp/x", bytes.NewReader(tc.archive), "Content-Type", "application/x-tar")
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e api.ErrorResponse
+			json.Unmarshal(data, &e)
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 || e.Code == "" || e.Message == "" {
+				t.Errorf("%d %s, want a 4xx with {code,message}", resp.StatusCode, data)
+			}
+			// Where each entry would have landed had it been followed.
+			if out := c.mustRun("ls -d /tmp/escaped /abs-escaped /tmp/through-dir /tmp/x/h " + hostDir + "/tar-abs " +
+				hostDir + "/through-abs " + hostDir + "/through-rel 2>/dev/null; rm -rf /tmp/x/*"); out != "" {
+				t.Errorf("entries landed outside /tmp/x: %q", out)
+			}
+			return fmt.Sprintf("%d %s: %s", resp.StatusCode, e.Code, e.Message)
+		})
+	}
+	attack(t, "tar upload: device nodes and a FIFO", func(t *testing.T) string {
+		archive := makeTar(tarEntry{name: "null", typ: tar.TypeChar, major: 1, minor: 3},
+			tarEntry{name: "disk", typ: tar.TypeBlock, major: 8, minor: 0},
+			tarEntry{name: "fifo", typ: tar.TypeFifo})
+		resp := c.request("POST", "/files/archive?path=/tmp/x", bytes.NewReader(archive), "Content-Type", "application/x-tar")
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Errorf("%d %s", resp.StatusCode, data)
+		}
+		if out := c.mustRun("ls /tmp/x/null /tmp/x/disk /tmp/x/fifo 2>/dev/null; true"); out != "" {
+			t.Errorf("device nodes made: %q", out)
+		}
+		return fmt.Sprintf("%d %s; none made", resp.StatusCode, strings.TrimSpace(string(data)))
+	})
+	attack(t, "archives changed nothing on the host", func(t *testing.T) string {
+		if after := dirEntries(t, hostDir); after != hostBefore {
+			t.Errorf("the host directory changed: %s, was %s", after, hostBefore)
+		}
+		return "the host directory holds " + hostBefore
+	})
+
+	// osb cp from a sandbox that plants symlinks to the host's directory
+	// and swaps a directory with such a symlink while it is copied.
+	c.mustRun("mkdir -p /tmp/tree/swap /tmp/tree/data && echo pwned > /tmp/tree/swap/pwned && echo data > /tmp/tree/data/f && " +
+		"ln -s " + hostDir + " /tmp/tree/abs && ln -s ../../../../../../.." + hostDir + " /tmp/tree/rel && ln -s " + hostDir + " /tmp/tree/alt")
+	racer := c.stream("/command", api.RunCommandRequest{Background: true, Command: `python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+os.chdir("/tmp/tree")
+while True:
+    libc.renameat2(-100, b"swap", -100, b"alt", 2)  # RENAME_EXCHANGE: a directory and a symlink out trade places
+'`})
+	defer c.call("DELETE", "/command?id="+racer.id, nil, 200, nil)
+	attack(t, "osb cp out of a sandbox that plants and swaps symlinks to the host", func(t *testing.T) string {
+		parent := t.TempDir()
+		ok, refusedN := 0, 0
+		var refusals []string
+		for i := range 30 {
+			dst := filepath.Join(parent, fmt.Sprint(i))
+			r := s.osb("cp", id+":/tmp/tree", dst)
+			if r.code == 0 {
+				ok++
+				for _, l := range []string{"abs", "rel"} {
+					if fi, err := os.Lstat(filepath.Join(dst, l)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+						t.Errorf("copy %d: %s is not copied as a symlink: %v", i, l, err)
+					}
+				}
+			} else {
+				refusedN++
+				if msg := strings.TrimSpace(r.err); !slices.Contains(refusals, msg) {
+					refusals = append(refusals, msg)
+				}
+			}
+			if after := dirEntries(t, hostDir); after != hostBefore {
+				t.Fatalf("copy %d wrote into the host directory: %s, was %s (osb: %s)", i, after, hostBefore, r.err)
+			}
+		}
+		// Nothing beside the destinations either.
+		if got := dirEntries(t, parent); len(strings.Split(got, ",")) > 30 {
+			t.Errorf("beside the destinations: %s", got)
+		}
+		return fmt.Sprintf("30 copies while the tree swapped: %d done, %d refused (%s), nothing written outside their destinations",
+			ok, refusedN, strings.Join(refusals, "; "))
+	})
+	attack(t, "osb cp back into the sandbox of a tree holding symlinks to the host", func(t *testing.T) string {
+		// A user copies the tree out and back in: the links go as links,
+		// and the host's secret they point at never reaches the sandbox.
+		local := filepath.Join(t.TempDir(), "tree")
+		os.MkdirAll(filepath.Join(local, "d"), 0o755)
+		os.Symlink(hostDir, filepath.Join(local, "abs"))
+		os.Symlink(hostSecret, filepath.Join(local, "d", "file-link"))
+		s.osb("cp", local, id+":/tmp/back").ok(t)
+		found := str(c.probe(nil, "secret", hexOf(secret)), "found")
+		if strings.Contains(found, "/tmp/back") {
+			t.Errorf("the host's secret reached the sandbox: %s", found)
+		}
+		return "links copied as links; the secret they point at is nowhere in the sandbox"
+	})
 }
