@@ -38,9 +38,12 @@ var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 // lifecycle server's route table. The attack tests take their routes
 // from here rather than from a list of their own, so a route added to
 // the code is attacked without anyone remembering to add it.
-func registeredRoutes(t *testing.T, dirs ...string) []route {
+//
+// computed lists the Handle calls whose pattern is not a literal
+// (file:line): their routes cannot be read, so a test compares them with
+// the ones it knows, and a new one fails it until the reader learns it.
+func registeredRoutes(t *testing.T, dirs ...string) (routes []route, computed []string) {
 	t.Helper()
-	var routes []route
 	add := func(method, pattern string) {
 		r := route{method, pattern}
 		if !slices.Contains(routes, r) {
@@ -68,13 +71,17 @@ func registeredRoutes(t *testing.T, dirs ...string) []route {
 					if !ok || (sel.Sel.Name != "Handle" && sel.Sel.Name != "HandleFunc") || len(n.Args) != 2 {
 						return true
 					}
-					if s, ok := stringLit(n.Args[0]); ok {
-						method, pattern, found := strings.Cut(s, " ")
-						if !found {
-							method, pattern = "", s
-						}
-						add(method, pattern)
+					s, ok := stringLit(n.Args[0])
+					if !ok {
+						pos := fset.Position(n.Pos())
+						computed = append(computed, filepath.Base(pos.Filename)+":"+strconv.Itoa(pos.Line))
+						return true
 					}
+					method, pattern, found := strings.Cut(s, " ")
+					if !found {
+						method, pattern = "", s
+					}
+					add(method, pattern)
 				case *ast.CompositeLit:
 					if len(n.Elts) < 3 {
 						return true
@@ -89,7 +96,7 @@ func registeredRoutes(t *testing.T, dirs ...string) []route {
 			})
 		}
 	}
-	return routes
+	return routes, computed
 }
 
 func stringLit(e ast.Expr) (string, bool) {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,7 +269,12 @@ func TestAttackAuth(t *testing.T) {
 		"PUT /pools/{name}":                     `{"capacitySpec":{"bufferMax":1,"bufferMin":1,"poolMax":1,"poolMin":0}}`,
 	}
 
-	routes := registeredRoutes(t, "lifecycle", "cmd/opensandbox-server")
+	routes, computed := registeredRoutes(t, "lifecycle", "cmd/opensandbox-server")
+	// The two known computed registrations mount the table at / and /v1,
+	// and answer 405 on its paths.
+	if len(computed) != 2 {
+		t.Fatalf("the lifecycle server registers routes with computed patterns at %v, 2 known (the route table's mounts and its 405 answers): teach registeredRoutes the new one, so that it is attacked", computed)
+	}
 	for _, must := range []string{"POST /sandboxes", "GET /sandboxes/{id}", "DELETE /sandboxes/{id}", "GET /health", "GET /metrics", "GET /pools"} {
 		if !slices.ContainsFunc(routes, func(r route) bool { return r.String() == must }) {
 			t.Fatalf("the lifecycle routes read from the code (%v) lack %s: the reader no longer understands lifecycle/routes.go", routes, must)
@@ -453,7 +459,10 @@ func TestAttackAuth(t *testing.T) {
 		"DELETE /command":       "?id=entrypoint",
 		"DELETE /code/contexts": "?language=python",
 	}
-	execdRoutes := registeredRoutes(t, "execd", "cmd/execd")
+	execdRoutes, computed := registeredRoutes(t, "execd", "cmd/execd")
+	if len(computed) != 0 {
+		t.Fatalf("execd registers routes with computed patterns at %v: teach registeredRoutes to read them, so that they are attacked", computed)
+	}
 	for _, must := range []string{"POST /command", "GET /ping", "GET /pty/{id}/ws", "POST /files/upload", "GET /metrics/watch"} {
 		if !slices.ContainsFunc(execdRoutes, func(r route) bool { return r.String() == must }) {
 			t.Fatalf("the execd routes read from the code (%v) lack %s: the reader no longer understands execd/routes.go", execdRoutes, must)
@@ -1231,4 +1240,188 @@ while True:
 		}
 		return "links copied as links; the secret they point at is nowhere in the sandbox"
 	})
+}
+
+// TestAttackFrozenEngine: an engine that stops answering (frozen, not
+// gone) neither stops the server from answering nor leaks anything: once
+// it answers again, a sandbox that expired meanwhile is removed, a delete
+// asked meanwhile is done, a create asked meanwhile comes up, and no
+// container is left without its sandbox, even when the server was killed
+// while creates were held at the frozen engine.
+//
+// The other ways to leave resources behind are tried elsewhere: kill -9
+// of the server during creates and an expiry that passes while no server
+// runs in TestRestart, expiry within a second in TestExpiry, a pull that
+// never ends in TestSlowPullDoesNotBlock and runtime/docker's
+// TestDeleteAbandonsStalledPull.
+func TestAttackFrozenEngine(t *testing.T) {
+	testenv.MustHaveDocker(t)
+	gate := newEngineGate(t, "/var/run/docker.sock")
+	s := startServer(t, serverOptions{docker: fmt.Sprintf("host = %q", "unix://"+gate.path)})
+	expiring := sandboxRequest(busyboxImage, "sleep", "1000000")
+	expiring.Timeout = ptr(int64(3))
+	exp := s.create(expiring)
+	deleted := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
+	s.waitState(exp, "Running", 30*time.Second)
+	s.waitState(deleted, "Running", 30*time.Second)
+
+	attack(t, "freeze the engine while sandboxes expire, are deleted and created", func(t *testing.T) string {
+		gate.set(true)
+		type answer struct {
+			what   string
+			status int
+			body   []byte
+		}
+		answers := make(chan answer, 4)
+		ask := func(what, method, path string, body any) {
+			go func() {
+				resp, data := s.do(method, path, body)
+				answers <- answer{what, resp.StatusCode, data}
+			}()
+		}
+		ask("GET /health", "GET", "/health", nil)
+		ask("GET /v1/sandboxes", "GET", "/v1/sandboxes", nil)
+		ask("POST /v1/sandboxes", "POST", "/v1/sandboxes", sandboxRequest(busyboxImage, "sleep", "1000000"))
+		ask("DELETE the second sandbox", "DELETE", "/v1/sandboxes/"+deleted, nil)
+		time.Sleep(5 * time.Second) // the expiring sandbox's time passes, frozen
+		got := map[string]answer{}
+		var frozen []string
+	drain:
+		for {
+			select {
+			case a := <-answers:
+				got[a.what] = a
+				frozen = append(frozen, fmt.Sprintf("%s %d", a.what, a.status))
+			default:
+				break drain
+			}
+		}
+		for _, what := range []string{"GET /health", "GET /v1/sandboxes", "POST /v1/sandboxes"} {
+			if _, ok := got[what]; !ok {
+				t.Errorf("%s did not answer in 5 s of a frozen engine", what)
+			}
+		}
+		gate.set(false)
+		for len(got) < 4 {
+			a := <-answers
+			got[a.what] = a
+		}
+		if a := got["DELETE the second sandbox"]; a.status != 204 {
+			t.Errorf("DELETE once thawed: %d %s", a.status, a.body)
+		}
+		var created api.CreateSandboxResponse
+		if a := got["POST /v1/sandboxes"]; a.status != 202 || json.Unmarshal(a.body, &created) != nil {
+			t.Fatalf("create while frozen: %d %s", a.status, a.body)
+		}
+		s.waitGone(exp, 30*time.Second)
+		s.waitGone(deleted, 30*time.Second)
+		s.waitState(created.ID, "Running", 60*time.Second)
+		waitContainers(t, s, 1)
+		return fmt.Sprintf("answered while frozen: %s; once thawed: the expired sandbox and the deleted one gone, the new one Running, 1 container",
+			strings.Join(frozen, ", "))
+	})
+
+	attack(t, "kill -9 the server while its container creates are held at the engine", func(t *testing.T) string {
+		// The requests that create the containers sit at the gate when
+		// the server dies; let through, they make containers for a server
+		// that is gone. The next server must adopt or remove every one.
+		before := s.scopeContainers()
+		gate.hold(true)
+		var ids []string
+		for range 3 {
+			ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
+		}
+		for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < 3; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d container creates reached the engine's gate, want 3", gate.heldCreates())
+			}
+		}
+		s.stop(syscall.SIGKILL)
+		gate.hold(false)
+		for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() < before+3; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the held creates made %d containers, want 3", s.scopeContainers()-before)
+			}
+		}
+		made := s.scopeContainers() - before
+		s.start()
+		var states []string
+		for _, id := range ids {
+			sb := waitSettled(t, s, id, 60*time.Second)
+			states = append(states, sb)
+		}
+		var list api.ListSandboxesResponse
+		s.call("GET", "/v1/sandboxes", nil, 200, &list)
+		waitContainers(t, s, list.Pagination.TotalItems)
+		return fmt.Sprintf("%d containers made for the dead server; its 3 creates ended %v; %d sandboxes, %d containers, none orphaned",
+			made, states, list.Pagination.TotalItems, s.scopeContainers())
+	})
+
+	attack(t, "delete sandboxes whose container creates are held at the engine", func(t *testing.T) string {
+		// The deletes are answered before the engine has made the
+		// containers; when it does, the server must remove them.
+		before := s.scopeContainers()
+		gate.hold(true)
+		var ids []string
+		for range 3 {
+			ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
+		}
+		for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < 3; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d container creates reached the engine's gate, want 3", gate.heldCreates())
+			}
+		}
+		deletes := make(chan int, len(ids))
+		for _, id := range ids {
+			go func() {
+				resp, _ := s.do("DELETE", "/v1/sandboxes/"+id, nil)
+				deletes <- resp.StatusCode
+			}()
+		}
+		time.Sleep(time.Second)
+		gate.hold(false)
+		var statuses []string
+		for range ids {
+			statuses = append(statuses, fmt.Sprint(<-deletes))
+		}
+		for _, id := range ids {
+			s.waitGone(id, 30*time.Second)
+		}
+		waitContainers(t, s, before)
+		return fmt.Sprintf("deletes answered %v; the 3 sandboxes gone and their containers with them (%d containers, as before)",
+			statuses, s.scopeContainers())
+	})
+}
+
+// waitSettled waits until a sandbox is Running, Failed or gone, and
+// returns which.
+func waitSettled(t *testing.T, s *server, id string, timeout time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		resp, data := s.do("GET", "/v1/sandboxes/"+id, nil)
+		var sb api.Sandbox
+		json.Unmarshal(data, &sb)
+		switch {
+		case resp.StatusCode == 404:
+			return "gone"
+		case sb.Status.State == "Running":
+			return "Running"
+		case sb.Status.State == "Failed":
+			return "Failed (" + sb.Status.Reason + ")"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s is %d %+v after %v", id, resp.StatusCode, sb.Status, timeout)
+		}
+	}
+}
+
+// waitContainers waits until the server's scope holds n containers.
+func waitContainers(t *testing.T, s *server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() != n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=opensandbox.scope="+s.scope, "--format", "{{.Names}} {{.Status}}").Output()
+			t.Fatalf("%d containers in the scope, want %d:\n%s", s.scopeContainers(), n, out)
+		}
+	}
 }
