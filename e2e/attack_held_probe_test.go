@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -367,13 +366,3 @@ func str(m map[string]any, key string) string {
 
 // refused reports whether a probe attempt failed.
 func refused(result string) bool { return strings.HasPrefix(result, "refused: ") }
-
-// hostOnly runs a command on this host and returns its output.
-func hostOnly(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-	return string(out)
-}

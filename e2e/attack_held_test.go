@@ -24,11 +24,12 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
-// The attempts in this file are the ones that held when the boundary was
-// first tried as an attacker would (issue 13): they are here so that they
-// keep holding. Each says, where it is not plain, why it would fail if
-// the boundary broke; most also run their probe where the boundary is
-// off on purpose (a control), which proves the probe can see a break.
+// The attempts in this file try the boundaries that need no new code to
+// hold: authentication, privileges, the engine socket, neighbours, /proc,
+// traversal and cleanup. Each says, where it is not plain, why it would
+// fail if the boundary broke; most also run their probe where the
+// boundary is off on purpose (a control), which proves the probe can see
+// a break.
 
 // hostNamespaces returns this process's namespace links (net, pid, ...).
 func hostNamespaces(t *testing.T) map[string]string {
