@@ -81,7 +81,7 @@ type Config struct {
 	BlockMetadata *bool `toml:"block_metadata"`
 	// BlockedCIDRs are the destinations sandboxes may not reach: ranges
 	// or addresses, IPv4 or IPv6. Default (absent): the private, shared
-	// and link-local ranges (defaultBlockedCIDRs); [] blocks none of
+	// and link-local ranges (sandbox.DefaultBlockedCIDRs); [] blocks none of
 	// them. While anything is blocked, sandboxes cannot open connections
 	// to the host itself either (see netguard.go).
 	BlockedCIDRs []string `toml:"blocked_cidrs"`
@@ -102,7 +102,7 @@ type Config struct {
 	// blocked, allowed and dns are BlockedCIDRs (with the metadata
 	// ranges), AllowedCIDRs and DNS, read by Validate.
 	blocked []netip.Prefix
-	allowed []destination
+	allowed []sandbox.Destination
 	dns     []netip.Addr
 }
 

@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // The network guard keeps sandboxes from what they must never reach: the
@@ -55,102 +57,6 @@ func guardNetChain(networkID string) string {
 	return guardNetChainPrefix + networkID[:min(12, len(networkID))]
 }
 
-// defaultBlockedCIDRs is the default of blocked_cidrs.
-var defaultBlockedCIDRs = []string{
-	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", // private (RFC 1918)
-	"100.64.0.0/10",  // shared address space, carrier-grade NAT (RFC 6598); Alibaba Cloud's metadata 100.100.100.200 is in it
-	"169.254.0.0/16", // link-local: the metadata services of AWS, GCP, Azure, OpenStack, ECS
-	"fc00::/7",       // IPv6 unique local (AWS's IPv6 metadata fd00:ec2::254 is in it)
-	"fe80::/10",      // IPv6 link-local
-}
-
-// metadataCIDRs are the cloud metadata services, blocked with
-// block_metadata whatever blocked_cidrs says: link-local (AWS, GCP, Azure,
-// OpenStack, ECS), Alibaba Cloud's, and AWS's IPv6 address.
-var metadataCIDRs = []string{"169.254.0.0/16", "100.100.100.200/32", "fd00:ec2::254/128"}
-
-// destination is a range of addresses, and one port of them when port is
-// not 0.
-type destination struct {
-	prefix netip.Prefix
-	port   uint16
-}
-
-func (d destination) String() string {
-	s := d.prefix.String()
-	if d.prefix.IsSingleIP() {
-		s = d.prefix.Addr().String()
-	}
-	if d.port == 0 {
-		return s
-	}
-	if d.prefix.Addr().Is6() {
-		s = "[" + s + "]"
-	}
-	return s + ":" + strconv.Itoa(int(d.port))
-}
-
-// parseDestination reads an entry of blocked_cidrs or allowed_cidrs: an
-// address or a range, IPv4 or IPv6 ("10.1.2.3", "10.0.0.0/8",
-// "fd00::/8"), followed by ":PORT" when withPort allows it ("10.1.2.3:443",
-// "[fd00::1]:443", "[fd00::/64]:443"). A range must be written at its
-// start (10.0.0.0/8, not 10.1.2.3/8), so that a typo never widens or
-// narrows it unseen.
-func parseDestination(s string, withPort bool) (destination, error) {
-	host, port := s, ""
-	if rest, ok := strings.CutPrefix(s, "["); ok {
-		var after string
-		host, after, ok = strings.Cut(rest, "]")
-		if !ok {
-			return destination{}, errors.New("missing ]")
-		}
-		if after != "" {
-			if port, ok = strings.CutPrefix(after, ":"); !ok {
-				return destination{}, fmt.Errorf("unexpected %q after ]", after)
-			}
-		}
-		if !strings.Contains(host, ":") {
-			return destination{}, errors.New("brackets are for IPv6 addresses")
-		}
-	} else if strings.Count(s, ":") == 1 {
-		host, port, _ = strings.Cut(s, ":")
-	}
-	var d destination
-	if strings.Contains(host, "/") {
-		p, err := netip.ParsePrefix(host)
-		if err != nil {
-			return d, err
-		}
-		if p != p.Masked() {
-			return d, fmt.Errorf("%s has bits set past its length; the range starts at %s", p, p.Masked())
-		}
-		d.prefix = p
-	} else {
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return d, err
-		}
-		if a.Zone() != "" {
-			return d, fmt.Errorf("%s: no zones", a)
-		}
-		d.prefix = netip.PrefixFrom(a, a.BitLen())
-	}
-	if d.prefix.Addr().Is4In6() {
-		return d, fmt.Errorf("%s is an IPv4-mapped IPv6 address; write the IPv4 form (sandboxes that use the mapped form send IPv4)", host)
-	}
-	if port != "" {
-		if !withPort {
-			return d, errors.New("no port here")
-		}
-		n, err := strconv.ParseUint(port, 10, 16)
-		if err != nil || n == 0 {
-			return d, fmt.Errorf("port %q: want 1-65535", port)
-		}
-		d.port = uint16(n)
-	}
-	return d, nil
-}
-
 // setNetworkDefaults fills in the network keys' defaults.
 func (c *Config) setNetworkDefaults() {
 	if c.BlockMetadata == nil {
@@ -158,7 +64,7 @@ func (c *Config) setNetworkDefaults() {
 		c.BlockMetadata = &t
 	}
 	if c.BlockedCIDRs == nil { // absent; blocked_cidrs = [] blocks none
-		c.BlockedCIDRs = slices.Clone(defaultBlockedCIDRs)
+		c.BlockedCIDRs = slices.Clone(sandbox.DefaultBlockedCIDRs)
 	}
 }
 
@@ -167,19 +73,19 @@ func (c *Config) validateNetwork() error {
 	c.blocked, c.allowed, c.dns = nil, nil, nil
 	blocked := slices.Clone(c.BlockedCIDRs)
 	if *c.BlockMetadata {
-		blocked = slices.Concat(metadataCIDRs, blocked)
+		blocked = slices.Concat(sandbox.MetadataCIDRs, blocked)
 	}
 	for _, s := range blocked {
-		d, err := parseDestination(s, false)
+		d, err := sandbox.ParseDestination(s, false)
 		if err != nil {
 			return fmt.Errorf("runtime.docker.blocked_cidrs: %q: %w", s, err)
 		}
-		if !slices.Contains(c.blocked, d.prefix) {
-			c.blocked = append(c.blocked, d.prefix)
+		if !slices.Contains(c.blocked, d.Prefix) {
+			c.blocked = append(c.blocked, d.Prefix)
 		}
 	}
 	for _, s := range c.AllowedCIDRs {
-		d, err := parseDestination(s, true)
+		d, err := sandbox.ParseDestination(s, true)
 		if err != nil {
 			return fmt.Errorf("runtime.docker.allowed_cidrs: %q: %w", s, err)
 		}
@@ -201,7 +107,7 @@ type guardPolicy struct {
 	// blocked are the ranges sandboxes may not reach. None: no guard.
 	blocked []netip.Prefix
 	// allowed are holes in the blocked ranges and in the host block.
-	allowed []destination
+	allowed []sandbox.Destination
 	// resolvers are the DNS servers the sandboxes' queries are forwarded
 	// to, reachable on port 53 whatever their range.
 	resolvers []netip.Addr
@@ -270,15 +176,15 @@ func (p guardPolicy) rules(v6 bool) [][]string {
 		}
 	}
 	for _, d := range p.allowed {
-		if !family(d.prefix.Addr()) {
+		if !family(d.Prefix.Addr()) {
 			continue
 		}
-		if d.port == 0 {
-			add("-d", d.prefix.String(), "-j", "RETURN")
+		if d.Port == 0 {
+			add("-d", d.Prefix.String(), "-j", "RETURN")
 			continue
 		}
 		for _, proto := range []string{"tcp", "udp"} {
-			add("-d", d.prefix.String(), "-p", proto, "--dport", strconv.Itoa(int(d.port)), "-j", "RETURN")
+			add("-d", d.Prefix.String(), "-p", proto, "--dport", strconv.Itoa(int(d.Port)), "-j", "RETURN")
 		}
 	}
 	if v6 {
