@@ -434,8 +434,9 @@ func TestGuardRemovesStaleChains(t *testing.T) {
 }
 
 // TestNetworkGuardIPv6: on a network with IPv6, the guard holds in
-// ip6tables too: the host is unreachable over IPv6 (gateway, link-local,
-// and its other addresses), until the guard is turned off.
+// ip6tables too: the host (its gateway and link-local addresses) and
+// another sandbox are unreachable over IPv6, until the guard is turned
+// off.
 func TestNetworkGuardIPv6(t *testing.T) {
 	b := make([]byte, 5)
 	rand.Read(b)
@@ -456,10 +457,17 @@ func TestNetworkGuardIPv6(t *testing.T) {
 	if f := strings.Fields(string(out)); len(f) > 3 {
 		targets = append(targets, strings.Split(f[3], "/")[0]+"%eth0 "+strconv.Itoa(port))
 	}
+	// Another sandbox on the network, over IPv6: Docker 20.10 does not
+	// keep containers apart over IPv6, the guard's fc00::/7 rule does.
+	peer := start(t, rt, sandbox.Spec{Entrypoint: []string{"sh", "-c", "mkdir -p /www && echo 'reached peer' >/www/index.html && exec httpd -f -p 8080 -h /www"}})
+	peerAddr := mustRun(t, rt, peer, "ip -6 -o addr show dev eth0 scope global | awk '{print $4}' | cut -d/ -f1")
 	for _, url := range targets {
 		if ok, out := reach(t, rt, id, url, "host"); ok || !strings.Contains(out, "refused") {
 			t.Errorf("guarded sandbox fetching %s: %q, want connection refused", url, out)
 		}
+	}
+	if ok, out := reach(t, rt, id, peerAddr+" 8080", "peer"); ok || !strings.Contains(out, "refused") {
+		t.Errorf("guarded sandbox reaching another sandbox at %s: %q, want connection refused", peerAddr, out)
 	}
 	out6, _ := firewall6.run(context.Background(), "-S", guardChain)
 	if !strings.Contains(out6, "-i "+n.bridge) || !strings.Contains(out6, "-s "+subnet) {
@@ -471,5 +479,8 @@ func TestNetworkGuardIPv6(t *testing.T) {
 		if ok, out := reach(t, rt, id, url, "host"); !ok {
 			t.Errorf("with the guard off, fetching %s: %q", url, out)
 		}
+	}
+	if ok, out := reach(t, rt, id, peerAddr+" 8080", "peer"); !ok {
+		t.Errorf("with the guard off, reaching another sandbox at %s: %q", peerAddr, out)
 	}
 }
