@@ -368,13 +368,21 @@ func TestNetworkGuard(t *testing.T) {
 
 	rt := newTestRuntime(t, func(c *Config) { c.Network, c.DNS = n.name, []string{resolver.String()} })
 	id := start(t, rt, sandbox.Spec{})
-	for _, p := range probes {
-		if ok, out := reach(t, rt, id, p.target, p.body); ok || !strings.Contains(out, "refused") {
-			t.Errorf("guarded sandbox reaching %s (%s): %q, want connection refused", p.name, p.target, out)
-		}
+	ids := []sandbox.ID{id}
+	if rts, _ := rt.eng.runtimes(context.Background()); rts["runsc"] {
+		// gVisor's network stack sits in the same namespace, behind the
+		// same host rules.
+		ids = append(ids, start(t, rt, sandbox.Spec{Extensions: map[string]string{extRuntime: "runsc"}}))
 	}
-	if out, _ := run(t, rt, id, "nslookup web.test 2>&1"); !strings.Contains(out, private.String()) {
-		t.Errorf("nslookup web.test through a resolver on a blocked range: %q; the server saw %q", out, dns.Queries())
+	for _, id := range ids {
+		for _, p := range probes {
+			if ok, out := reach(t, rt, id, p.target, p.body); ok || !strings.Contains(out, "refused") {
+				t.Errorf("guarded sandbox %s reaching %s (%s): %q, want connection refused", id, p.name, p.target, out)
+			}
+		}
+		if out, _ := run(t, rt, id, "nslookup web.test 2>&1"); !strings.Contains(out, private.String()) {
+			t.Errorf("sandbox %s: nslookup web.test through a resolver on a blocked range: %q; the server saw %q", id, out, dns.Queries())
+		}
 	}
 
 	// A hole for one port of one address, by a second server on the
@@ -391,9 +399,11 @@ func TestNetworkGuard(t *testing.T) {
 
 	off := false
 	newTestRuntime(t, func(c *Config) { c.Network, c.BlockedCIDRs, c.BlockMetadata = n.name, []string{}, &off })
-	for _, p := range probes {
-		if ok, out := reach(t, rt, id, p.target, p.body); !ok {
-			t.Errorf("with the guard off, reaching %s (%s): %q", p.name, p.target, out)
+	for _, id := range ids {
+		for _, p := range probes {
+			if ok, out := reach(t, rt, id, p.target, p.body); !ok {
+				t.Errorf("with the guard off, sandbox %s reaching %s (%s): %q", id, p.name, p.target, out)
+			}
 		}
 	}
 	if out, _ := firewall4.run(context.Background(), "-S", guardChain); strings.Contains(out, guardNetChain(n.id)) {
@@ -440,7 +450,7 @@ func TestGuardRemovesStaleChains(t *testing.T) {
 func TestNetworkGuardIPv6(t *testing.T) {
 	b := make([]byte, 5)
 	rand.Read(b)
-	subnet := fmt.Sprintf("fd%02x:%02x%02x:%02x%02x::/64", b[0], b[1], b[2], b[3], b[4])
+	subnet := netip.MustParsePrefix(fmt.Sprintf("fd%02x:%02x%02x:%02x%02x::/64", b[0], b[1], b[2], b[3], b[4])).String()
 	n := testNetwork(t, subnet)
 	if !n.ipv6 || n.bridge == "" {
 		t.Fatalf("network %+v has no IPv6 bridge", n)
@@ -449,7 +459,7 @@ func TestNetworkGuardIPv6(t *testing.T) {
 	targets := []string{target(gateway(t, n, true), port)}
 	rt := newTestRuntime(t, func(c *Config) { c.Network = n.name })
 	id := start(t, rt, sandbox.Spec{})
-	if out := mustRun(t, rt, id, "ip -6 addr show dev eth0"); !strings.Contains(out, strings.TrimSuffix(subnet, ":/64")) {
+	if out := mustRun(t, rt, id, "ip -6 addr show dev eth0"); !strings.Contains(out, strings.TrimSuffix(subnet, "::/64")+"::") {
 		t.Fatalf("the sandbox has no address of %s: %s", subnet, out)
 	}
 	// The host's link-local address on the bridge, as the sandbox sees it.
