@@ -401,7 +401,13 @@ func installGuard(ctx context.Context, eng *engine, cfg *Config, log *slog.Logge
 	}
 	p := cfg.guardPolicy(resolvers)
 	unlock, err := lockGuard()
-	if err != nil {
+	if err != nil && !p.on() {
+		// Off, and most likely not root: there is nothing this server
+		// could have installed to remove.
+		log.Warn("sandbox network guard off: sandboxes may reach the host, its networks and the metadata services",
+			"network", n.name, "cleanup", err)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	defer unlock()
