@@ -367,11 +367,19 @@ default_cpu = "1"
 default_memory = "2Gi"
 # Most processes in a sandbox; -1: no limit.
 pids_limit = 4096
-# Make cloud metadata addresses (169.254.0.0/16, 100.100.100.200)
-# unreachable from sandboxes, with host firewall rules.
+# Host firewall rules keep sandboxes from the host itself, from the cloud
+# metadata services (169.254.0.0/16, 100.100.100.200, fd00:ec2::254)
+# and from the ranges of blocked_cidrs (default: the private, shared and
+# link-local ranges below); allowed_cidrs punches holes, one port of an
+# address or a whole range ("10.1.2.3:443", "10.9.0.0/16"). Both lists
+# emptied and block_metadata = false turn the rules off.
 block_metadata = true
-# Further IPv4 ranges sandboxes may not reach, e.g. ["10.0.0.0/8"].
-blocked_cidrs = []
+blocked_cidrs = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                 "169.254.0.0/16", "fc00::/7", "fe80::/10"]
+allowed_cidrs = []
+# Name servers of sandboxes; empty: the engine's (the host's
+# resolv.conf). Sandboxes reach them on port 53 whatever blocked_cidrs says.
+dns = []
 
 ` + examplePools
 
@@ -424,6 +432,15 @@ retry_period = "1s"
 # (raise it where a cluster autoscaler adds nodes).
 start_timeout = "10m"
 schedule_timeout = "15s"
+# A NetworkPolicy keeps sandbox pods from the metadata services and the
+# ranges of blocked_cidrs (default: the private, shared and link-local
+# ranges below), letting through the cluster's DNS (kube-dns pods, port
+# 53) and allowed_cidrs. Enforced only by network plugins that implement
+# NetworkPolicy (Calico, Cilium...).
+network_policy = true
+blocked_cidrs = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                 "169.254.0.0/16", "fc00::/7", "fe80::/10"]
+allowed_cidrs = ["169.254.20.10:53"]   # NodeLocal DNSCache
 
 ` + examplePools
 

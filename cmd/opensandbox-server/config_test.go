@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 func TestInitConfigStartsAsIs(t *testing.T) {
@@ -181,6 +184,28 @@ func TestMetricsAuthConfig(t *testing.T) {
 		}
 		if got := *cfg.Server.MetricsAuth; got != want {
 			t.Errorf("%q: metrics_auth %v, want %v", text, got, want)
+		}
+	}
+}
+
+// TestExampleNetworkDefaults: the examples spell out the runtimes'
+// default blocked ranges, so they must say the same.
+func TestExampleNetworkDefaults(t *testing.T) {
+	for _, rt := range []string{"docker", "kubernetes"} {
+		path := filepath.Join(t.TempDir(), "sandbox.toml")
+		if err := writeExample(path, rt, false); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadConfig(path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocked := cfg.Runtime.Docker.BlockedCIDRs
+		if rt == "kubernetes" {
+			blocked = cfg.Runtime.Kubernetes.BlockedCIDRs
+		}
+		if !slices.Equal(blocked, sandbox.DefaultBlockedCIDRs) {
+			t.Errorf("%s example: blocked_cidrs = %q, the default is %q", rt, blocked, sandbox.DefaultBlockedCIDRs)
 		}
 	}
 }

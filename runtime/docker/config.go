@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,15 +77,33 @@ type Config struct {
 	// (see defaultCaps).
 	CapAdd []string `toml:"capabilities"`
 	// BlockMetadata makes cloud metadata addresses unreachable from
-	// sandboxes. Default true.
+	// sandboxes, whatever BlockedCIDRs says. Default true.
 	BlockMetadata *bool `toml:"block_metadata"`
-	// BlockedCIDRs are extra destinations sandboxes may not reach.
+	// BlockedCIDRs are the destinations sandboxes may not reach: ranges
+	// or addresses, IPv4 or IPv6. Default (absent): the private, shared
+	// and link-local ranges (sandbox.DefaultBlockedCIDRs); [] blocks none of
+	// them. While anything is blocked, sandboxes cannot open connections
+	// to the host itself either (see netguard.go).
 	BlockedCIDRs []string `toml:"blocked_cidrs"`
+	// AllowedCIDRs are holes in what is blocked, the host included: an
+	// address or range, with ":PORT" for one port of it ("10.1.2.3:443",
+	// "[fd00::1]:443"). Default none.
+	AllowedCIDRs []string `toml:"allowed_cidrs"`
+	// DNS are the name servers sandboxes' queries are forwarded to
+	// (Docker's --dns). Default: the engine's, from the host's
+	// resolv.conf. The guard lets sandboxes reach them on port 53.
+	DNS []string `toml:"dns"`
 
 	// Observer receives the runtime's measurements: sandboxes ready,
 	// image pulls, reconciliations. It is not read from the file; the
 	// server sets it. Default: sandbox.NopObserver.
 	Observer sandbox.Observer `toml:"-"`
+
+	// blocked, allowed and dns are BlockedCIDRs (with the metadata
+	// ranges), AllowedCIDRs and DNS, read by Validate.
+	blocked []netip.Prefix
+	allowed []sandbox.Destination
+	dns     []netip.Addr
 }
 
 // defaultCaps is the capability set of a sandbox: Docker's default set
@@ -92,10 +111,6 @@ type Config struct {
 // AUDIT_WRITE. Root in the sandbox can still install packages (chown,
 // setuid to the package manager's user) and bind low ports.
 var defaultCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"}
-
-// metadataCIDRs are the cloud metadata services: link-local (AWS, GCP,
-// Azure, OpenStack, ECS) and Alibaba Cloud's.
-var metadataCIDRs = []string{"169.254.0.0/16", "100.100.100.200/32"}
 
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
@@ -128,10 +143,7 @@ func (c *Config) setDefaults() {
 	if c.Observer == nil {
 		c.Observer = sandbox.NopObserver{}
 	}
-	if c.BlockMetadata == nil {
-		t := true
-		c.BlockMetadata = &t
-	}
+	c.setNetworkDefaults()
 	if c.ExecdPath == "" {
 		if self, err := os.Executable(); err == nil {
 			c.ExecdPath = filepath.Join(filepath.Dir(self), "execd")
@@ -166,7 +178,7 @@ func (c *Config) Validate() error {
 	if c.Runtime != "" && !slices.Contains(c.AllowedRuntimes, c.Runtime) {
 		return fmt.Errorf("runtime.docker.runtime: %q is not in allowed_runtimes", c.Runtime)
 	}
-	return nil
+	return c.validateNetwork()
 }
 
 // defaultNetwork is the network the runtime makes for its sandboxes.
@@ -309,6 +321,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		CapDrop:      []string{"ALL"},
 		CapAdd:       slices.Clone(cfg.CapAdd),
 		Runtime:      ociRuntime,
+		DNS:          slices.Clone(cfg.DNS),
 	}
 	return cc, hc, platform, nil
 }

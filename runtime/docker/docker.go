@@ -178,10 +178,9 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	if err := r.ensureNetwork(ctx); err != nil {
 		return nil, err
 	}
-	if *cfg.BlockMetadata || len(cfg.BlockedCIDRs) > 0 {
-		if _, err := newNetGuard(ctx, eng, cfg); err != nil {
-			return nil, err
-		}
+	if err := installGuard(ctx, eng, &cfg, r.log); err != nil {
+		return nil, fmt.Errorf("install the sandbox network guard (it needs root and iptables on the engine's host; "+
+			"block_metadata = false with blocked_cidrs = [] runs without it): %w", err)
 	}
 	if err := os.MkdirAll(cfg.pinsDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("create the volume pins' directory: %w", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -347,19 +348,42 @@ func (e *engine) ensureIsolatedNetwork(ctx context.Context, name string) error {
 	return err
 }
 
-// networkSubnets returns the IPv4 subnets of a Docker network.
-func (e *engine) networkSubnets(ctx context.Context, name string) ([]string, error) {
+// guardNetwork is what the network guard needs to know of a Docker
+// network: whose traffic its rules match.
+type guardNetwork struct {
+	id   string
+	name string
+	// subnets are the network's address ranges, IPv4 and IPv6.
+	subnets []netip.Prefix
+	// ipv6 reports whether containers on the network get IPv6 at all;
+	// without it Docker turns IPv6 off inside them (no address, not even
+	// a link-local one).
+	ipv6 bool
+	// bridge is the host interface of a bridge network, "" for other
+	// drivers.
+	bridge string
+}
+
+// network looks a network up by name or ID; errNoSuchObject when there is
+// none.
+func (e *engine) network(ctx context.Context, name string) (guardNetwork, error) {
 	n, err := e.c.NetworkInspect(ctx, name, network.InspectOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("inspect network %s: %w", name, err)
+		return guardNetwork{}, fmt.Errorf("inspect network %s: %w", name, classify(err))
 	}
-	var out []string
+	g := guardNetwork{id: n.ID, name: n.Name, ipv6: n.EnableIPv6}
 	for _, c := range n.IPAM.Config {
-		if c.Subnet != "" && !strings.Contains(c.Subnet, ":") {
-			out = append(out, c.Subnet)
+		if p, err := netip.ParsePrefix(c.Subnet); err == nil {
+			g.subnets = append(g.subnets, p.Masked())
 		}
 	}
-	return out, nil
+	if n.Driver == "bridge" {
+		g.bridge = n.Options["com.docker.network.bridge.name"]
+		if g.bridge == "" && len(n.ID) >= 12 {
+			g.bridge = "br-" + n.ID[:12]
+		}
+	}
+	return g, nil
 }
 
 func (e *engine) close() error { return e.c.Close() }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -91,6 +92,21 @@ type Config struct {
 	// 15 s; raise it where a cluster autoscaler adds nodes.
 	ScheduleTimeout time.Duration `toml:"schedule_timeout"`
 
+	// NetworkPolicy makes the runtime keep a NetworkPolicy that limits
+	// where its sandbox pods may connect to (netpolicy.go). Default true;
+	// false removes the one an earlier start made. Only network plugins
+	// that implement NetworkPolicy enforce it.
+	NetworkPolicy *bool `toml:"network_policy"`
+	// BlockedCIDRs are the destinations sandbox pods may not reach:
+	// ranges or addresses, IPv4 or IPv6. Default (absent): the private,
+	// shared and link-local ranges (sandbox.DefaultBlockedCIDRs); []
+	// blocks none of them. The metadata services stay blocked either way.
+	BlockedCIDRs []string `toml:"blocked_cidrs"`
+	// AllowedCIDRs are holes in what is blocked: an address or range,
+	// with ":PORT" for one port of it. Default: NodeLocal DNSCache's
+	// 169.254.20.10, port 53.
+	AllowedCIDRs []string `toml:"allowed_cidrs"`
+
 	// HostPathAllowlist is the server's host_volume_allowlist: host
 	// volumes are mounted as the entry that contains them. It is not read
 	// from this table; the server sets it.
@@ -102,6 +118,10 @@ type Config struct {
 
 	// template is PodTemplateFile, read by Validate.
 	template *corev1.Pod
+	// blocked and allowed are BlockedCIDRs (with the metadata ranges)
+	// and AllowedCIDRs, read by Validate.
+	blocked []netip.Prefix
+	allowed []sandbox.Destination
 }
 
 // extRuntimeClass is the extension that picks a sandbox's RuntimeClass.
@@ -136,6 +156,7 @@ func (c *Config) setDefaults() {
 	if c.Observer == nil {
 		c.Observer = sandbox.NopObserver{}
 	}
+	c.setNetworkDefaults()
 }
 
 // Validate checks the configuration, naming the key at fault, and reads
@@ -195,7 +216,7 @@ func (c *Config) Validate() error {
 		}
 		c.template = &pod
 	}
-	return nil
+	return c.validateNetwork()
 }
 
 // Check validates the configuration as New will use it, defaults filled

@@ -188,6 +188,11 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 				typ, ns, sandbox.ErrUnavailable)
 		}
 	}
+	if err := r.ensureNetworkPolicy(ctx); err != nil {
+		cancel()
+		r.factory.Shutdown()
+		return nil, err
+	}
 	r.wg.Add(3)
 	go r.elect()
 	go r.housekeep()

@@ -1,0 +1,339 @@
+// Package standin makes remote addresses local, for tests that must show
+// an address is (un)reachable without ever sending a packet off the
+// machine: a network namespace the test owns, a veth pair from the host
+// into it, the stand-in addresses on the namespace's side, host routes for
+// exactly those addresses (a /32 or /128 each, never a range, so the
+// machine's real traffic to the rest of a range is untouched), and
+// listeners inside the namespace. A block that fails reaches the test's
+// own listener; nothing leaves the host.
+//
+// Everything is removed in t.Cleanup, also when the test fails. It needs
+// root and the ip command. Only tests import it.
+package standin
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/opensandbox/opensandbox/internal/testenv"
+)
+
+// Net is a network namespace that holds stand-in addresses.
+type Net struct {
+	t testing.TB
+	// Name is the namespace's name (ip netns).
+	Name string
+	host string // the host's end of the veth pair
+	peer string // the namespace's end
+	// gw4 and gw6 are the host end's addresses, the namespace's way back.
+	gw4, gw6 netip.Addr
+}
+
+// New makes a namespace with a veth pair to the host. gw4 and gw6 are
+// free addresses for the host's end, by which the namespace routes back
+// (the host's NAT of container traffic needs an address on that end too);
+// an invalid gw6 leaves the namespace without IPv6.
+func New(t testing.TB, gw4, gw6 netip.Addr) *Net {
+	t.Helper()
+	testenv.MustHaveRoot(t)
+	testenv.MustHaveCommand(t, "ip")
+	b := make([]byte, 3)
+	rand.Read(b)
+	suffix := hex.EncodeToString(b)
+	n := &Net{t: t, Name: "osbt-" + suffix, host: "osbt" + suffix + "h", peer: "osbt" + suffix + "n", gw4: gw4, gw6: gw6}
+	for _, a := range []netip.Addr{gw4, gw6} {
+		if a.IsValid() {
+			mustBeUnused(t, a)
+		}
+	}
+	n.ip("netns", "add", n.Name)
+	t.Cleanup(func() {
+		exec.Command("ip", "link", "del", n.host).Run()
+		exec.Command("ip", "netns", "del", n.Name).Run()
+	})
+	n.ip("link", "add", n.host, "type", "veth", "peer", "name", n.peer)
+	n.ip("link", "set", n.peer, "netns", n.Name)
+	n.ip("addr", "add", gw4.String()+"/32", "dev", n.host)
+	if gw6.IsValid() {
+		n.ip("-6", "addr", "add", gw6.String()+"/128", "dev", n.host, "nodad")
+	}
+	n.ip("link", "set", n.host, "up")
+	n.inNS("link", "set", "lo", "up")
+	n.inNS("link", "set", n.peer, "up")
+	n.inNS("route", "add", gw4.String()+"/32", "dev", n.peer)
+	n.inNS("route", "add", "default", "via", gw4.String(), "dev", n.peer)
+	if gw6.IsValid() {
+		n.inNS("-6", "route", "add", gw6.String()+"/128", "dev", n.peer)
+		n.inNS("-6", "route", "add", "default", "via", gw6.String(), "dev", n.peer)
+	}
+	return n
+}
+
+func (n *Net) ip(args ...string) {
+	n.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (n *Net) inNS(args ...string) {
+	n.t.Helper()
+	n.ip(append([]string{"-n", n.Name}, args...)...)
+}
+
+// Add gives the namespace addr and routes exactly that address from the
+// host into it. The test fails if the machine already has the address or
+// a route for it other than its default route: then a stand-in would
+// take traffic that is not the test's.
+func (n *Net) Add(addr netip.Addr) {
+	n.t.Helper()
+	mustBeUnused(n.t, addr)
+	if addr.Is6() {
+		n.inNS("-6", "addr", "add", addr.String()+"/128", "dev", n.peer, "nodad")
+		n.ip("-6", "route", "add", addr.String()+"/128", "dev", n.host)
+		return
+	}
+	n.inNS("addr", "add", addr.String()+"/32", "dev", n.peer)
+	n.ip("route", "add", addr.String()+"/32", "dev", n.host)
+}
+
+// Unused reports why the machine already uses addr ("" if it does not):
+// an address of an interface, or a route other than the default one that
+// covers it (a Docker network, a VPN, the cluster of a test).
+func Unused(addr netip.Addr) string {
+	family := "-4"
+	if addr.Is6() {
+		family = "-6"
+	}
+	out, err := exec.Command("ip", "-o", family, "addr", "show").Output()
+	if err != nil {
+		return "ip addr: " + err.Error()
+	}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "inet" || f[i] == "inet6" {
+				if p, err := netip.ParsePrefix(f[i+1]); err == nil && p.Addr() == addr {
+					return "an interface has it: " + strings.TrimSpace(line)
+				}
+			}
+		}
+	}
+	out, err = exec.Command("ip", "-o", family, "route", "show", "table", "all").Output()
+	if err != nil {
+		return "ip route: " + err.Error()
+	}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if dst == "local" || dst == "broadcast" || dst == "unicast" || dst == "multicast" {
+			if len(f) < 2 {
+				continue
+			}
+			dst = f[1]
+		}
+		if dst == "default" {
+			continue
+		}
+		if !strings.Contains(dst, "/") {
+			dst += map[bool]string{true: "/128", false: "/32"}[addr.Is6()]
+		}
+		if p, err := netip.ParsePrefix(dst); err == nil && p.Contains(addr) && !strings.Contains(line, "multicast") {
+			return "a route covers it: " + strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
+func mustBeUnused(t testing.TB, addr netip.Addr) {
+	t.Helper()
+	if why := Unused(addr); why != "" {
+		t.Fatalf("stand-in address %s is in use on this machine (%s); the test will not take it over", addr, why)
+	}
+}
+
+// Pick returns an address of prefix that the machine does not use,
+// trying random ones; lastByte, when not 0, fixes the last byte (".7").
+func Pick(t testing.TB, prefix netip.Prefix, lastByte byte) netip.Addr {
+	t.Helper()
+	for range 50 {
+		b := prefix.Addr().AsSlice()
+		r := make([]byte, len(b))
+		rand.Read(r)
+		for i := range b {
+			keep := max(0, min(8, prefix.Bits()-8*i))
+			mask := byte(0xff << (8 - keep))
+			b[i] = b[i]&mask | r[i]&^mask
+		}
+		if lastByte != 0 {
+			b[len(b)-1] = lastByte
+		}
+		a, _ := netip.AddrFromSlice(b)
+		if prefix.Contains(a) && Unused(a) == "" {
+			return a
+		}
+	}
+	t.Fatalf("no unused address in %s", prefix)
+	return netip.Addr{}
+}
+
+// inside runs f on a thread that has entered the namespace; sockets f
+// makes stay in the namespace for their life. The thread is never
+// returned to the Go scheduler, so nothing else ever runs in the
+// namespace.
+func (n *Net) inside(f func() error) error {
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := os.Open("/var/run/netns/" + n.Name)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("setns %s: %w", n.Name, err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// Listen opens a TCP listener at addr inside the namespace, closed when
+// the test ends.
+func (n *Net) Listen(addr netip.AddrPort) net.Listener {
+	n.t.Helper()
+	var ln net.Listener
+	err := n.inside(func() (err error) {
+		ln, err = net.Listen("tcp", addr.String())
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("listen on %s in %s: %v", addr, n.Name, err)
+	}
+	n.t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// ServeHTTP answers every request at addr, inside the namespace, with
+// body, and returns addr's URL.
+func (n *Net) ServeHTTP(addr netip.AddrPort, body string) string {
+	n.t.Helper()
+	ln := n.Listen(addr)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, body)
+	})}
+	go srv.Serve(ln)
+	n.t.Cleanup(func() { srv.Close() })
+	return "http://" + addr.String() + "/"
+}
+
+// DNS is a name server inside the namespace that knows a few names.
+type DNS struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+// Queries returns the names asked so far, in order, each as
+// "NAME TYPE from ADDR".
+func (d *DNS) Queries() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.queries...)
+}
+
+func (d *DNS) record(q string) {
+	d.mu.Lock()
+	d.queries = append(d.queries, q)
+	d.mu.Unlock()
+}
+
+// ServeDNS runs a name server on UDP and TCP port 53 of addr inside the
+// namespace. It answers the names of records (fully qualified, "a.test.")
+// with their address, other names with NXDOMAIN, and never asks anyone
+// else.
+func (n *Net) ServeDNS(addr netip.Addr, records map[string]netip.Addr) *DNS {
+	n.t.Helper()
+	d := &DNS{}
+	ap := netip.AddrPortFrom(addr, 53)
+	var pc net.PacketConn
+	var ln net.Listener
+	err := n.inside(func() (err error) {
+		if pc, err = net.ListenPacket("udp", ap.String()); err != nil {
+			return err
+		}
+		ln, err = net.Listen("tcp", ap.String())
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("DNS on %s in %s: %v", ap, n.Name, err)
+	}
+	n.t.Cleanup(func() { pc.Close(); ln.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			m, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if reply, err := answer(buf[:m], records, from.String(), d); err == nil {
+				pc.WriteTo(reply, from)
+			}
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveDNSConn(c, records, d)
+		}
+	}()
+	return d
+}
+
+// serveDNSConn answers the queries of one TCP connection (each message
+// after its 2-byte length).
+func serveDNSConn(c net.Conn, records map[string]netip.Addr, d *DNS) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(r, l[:]); err != nil {
+			return
+		}
+		msg := make([]byte, int(l[0])<<8|int(l[1]))
+		if _, err := io.ReadFull(r, msg); err != nil {
+			return
+		}
+		reply, err := answer(msg, records, c.RemoteAddr().String(), d)
+		if err != nil {
+			return
+		}
+		if _, err := c.Write(append([]byte{byte(len(reply) >> 8), byte(len(reply))}, reply...)); err != nil {
+			return
+		}
+	}
+}
+
+var errNotAQuery = errors.New("not a query")
