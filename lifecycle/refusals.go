@@ -316,7 +316,7 @@ func fitsHost(field string, res sandbox.Resources, h sandbox.HostSize) error {
 		return invalid(codeInvalidParameter, "%s.cpu: %s CPUs asked, more than %s has (%s)", field, millis(res.CPUMillis), where, millis(h.CPUMillis))
 	}
 	if h.MemoryBytes > 0 && res.MemoryBytes > h.MemoryBytes {
-		return invalid(codeInvalidParameter, "%s.memory: %s asked, more than %s has (%s)", field, formatBytes(res.MemoryBytes), where, formatBytes(h.MemoryBytes))
+		return invalid(codeInvalidParameter, "%s.memory: %s asked, more than %s has (%s)", field, formatBytes(res.MemoryBytes), where, approxBytes(h.MemoryBytes))
 	}
 	if res.GPUs == "" || !h.GPUsKnown {
 		return nil
@@ -328,6 +328,16 @@ func fitsHost(field string, res sandbox.Resources, h sandbox.HostSize) error {
 		return invalid(codeInvalidParameter, "%s.gpu: %d GPUs asked, more than %s has (%d)", field, n, where, h.GPUs)
 	}
 	return nil
+}
+
+// approxBytes writes a machine's memory as people read it: exact when
+// it is a whole number of Ki, Mi or Gi below a Gi, else in Gi to a tenth
+// ("23.5Gi").
+func approxBytes(n int64) string {
+	if n < 1<<30 || n%(1<<30) == 0 {
+		return formatBytes(n)
+	}
+	return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + "Gi"
 }
 
 // millis writes thousandths of a CPU as CPUs: 1500 is "1.5".
