@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -48,6 +49,11 @@ func (r *Runtime) watchNodes() {
 	r.nodes = inf.Lister()
 	r.nodesSynced = inf.Informer().HasSynced
 	r.nodeFactory.Start(r.ctx.Done())
+	// Wait for the first list, so that the first creates are checked
+	// too; should it take longer, they are not until it arrives.
+	if !cache.WaitForCacheSync(ctx.Done(), r.nodesSynced) {
+		r.log.Warn("the node informer has not synced in 10 s: creates are checked against node sizes once it has")
+	}
 }
 
 // slimNode keeps of a node what HostSize reads: a node's status lists
