@@ -79,10 +79,10 @@ type serverConfig struct {
 	AllowedExtensions []string `toml:"allowed_extensions"`
 	// AllowLocalRegistries accepts images from registries on loopback,
 	// unspecified or link-local addresses and localhost names.
-	AllowLocalRegistries bool `toml:"allow_local_registries"`
-	MaxBodyBytes        int64         `toml:"max_body_bytes"`
-	LogLevel            string        `toml:"log_level"`
-	LogFormat           string        `toml:"log_format"`
+	AllowLocalRegistries bool   `toml:"allow_local_registries"`
+	MaxBodyBytes         int64  `toml:"max_body_bytes"`
+	LogLevel             string `toml:"log_level"`
+	LogFormat            string `toml:"log_format"`
 	// MetricsAuth makes GET /metrics need the API key (also accepted as
 	// a bearer token). nil until setDefaults makes it true.
 	MetricsAuth *bool `toml:"metrics_auth"`
