@@ -71,7 +71,7 @@ func (s *Server) checkExtensionKeys(ext map[string]string) error {
 	for _, p := range prefixes {
 		read = append(read, p+"*")
 	}
-	return invalid(codeInvalidParameter, "extensions: unknown %s %s: this server reads only %s (an operator can let other keys through with server.allowed_extensions)",
+	return invalid(codeInvalidParameter, "extensions: unknown %s %s: this server takes only %s (an operator can let other keys through with server.allowed_extensions)",
 		noun, strings.Join(unknown, ", "), strings.Join(read, ", "))
 }
 
@@ -85,7 +85,7 @@ const execdDir = "/opt/opensandbox"
 var reservedMounts = []struct{ dir, what string }{
 	{"/proc", "the kernel's process file system"},
 	{"/sys", "the kernel's sysfs"},
-	{"/dev", "the sandbox's devices"},
+	{"/dev", "the sandbox's device directory"},
 	{execdDir, "execd's own directory, which every sandbox needs"},
 }
 

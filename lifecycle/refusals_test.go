@@ -115,7 +115,7 @@ func TestReservedMount(t *testing.T) {
 		{"/sys", "sysfs"},
 		{"/sys/fs", "lies in /sys"},
 		{"/sys/fs/cgroup", "/sys"},
-		{"/dev", "devices"},
+		{"/dev", "device directory"},
 		{"/dev/shm", "/dev"},
 		{"/opt/opensandbox", "execd"},
 		{"/opt/opensandbox/bin", "execd"},
