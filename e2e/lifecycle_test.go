@@ -324,7 +324,10 @@ func TestAuth(t *testing.T) {
 // TestBadInput: each bad request gets its status and a message, and none
 // leaves a container behind.
 func TestBadInput(t *testing.T) {
-	s := startServer(t, serverOptions{})
+	// The missing image below is on a closed loopback port, so that its
+	// pull fails without a packet leaving the machine: the server must
+	// allow local registries for it.
+	s := startServer(t, serverOptions{server: "allow_local_registries = true"})
 	img := func(uri string) api.CreateSandboxRequest { return sandboxRequest(uri, "sleep", "1") }
 	neg := img(busyboxImage)
 	neg.Timeout = ptr(int64(-5))
@@ -493,7 +496,7 @@ func TestSlowPullDoesNotBlock(t *testing.T) {
 			held = append(held, c)
 		}
 	}()
-	s := startServer(t, serverOptions{})
+	s := startServer(t, serverOptions{server: "allow_local_registries = true"}) // the stalling registry is on loopback
 	stalled := s.create(sandboxRequest(ln.Addr().String()+"/stalled/image:latest", "sleep", "1"))
 	time.Sleep(300 * time.Millisecond)
 	var sb api.Sandbox

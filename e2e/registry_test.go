@@ -17,7 +17,7 @@ import (
 // of one image share one pull.
 func TestPullWithCredentials(t *testing.T) {
 	ref := testregistry.Start(t, busyboxImage, "osb", "s3cret-pass")
-	s := startServer(t, serverOptions{})
+	s := startServer(t, serverOptions{server: "allow_local_registries = true"}) // the test registry is on loopback
 
 	noAuth := s.create(sandboxRequest(ref, "sleep", "1000000"))
 	sb := s.waitState(noAuth, "Failed", 30*time.Second)

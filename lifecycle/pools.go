@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"regexp"
@@ -9,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -61,6 +64,13 @@ func PoolFromRequest(req *api.PoolRequest) (sandbox.Pool, error) {
 		}
 	}
 	p.Template.Env = maps.Clone(t.Env)
+	if err := checkExecSize(t.Env, t.Entrypoint); err != nil {
+		var he *httpx.Error
+		if errors.As(err, &he) {
+			return p, invalid(he.Code, "pool %s: template.%s", req.Name, he.Message)
+		}
+		return p, err
+	}
 	res, err := parseResources(t.ResourceLimits)
 	if err != nil {
 		return p, invalid(codeInvalidParameter, "pool %s: template.resourceLimits: %v", req.Name, err)
@@ -139,6 +149,18 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// checkPoolTemplate applies to a pool made through the API what a create
+// gets: no image from a local registry unless allowed, nothing larger
+// than the runtime's largest machine. Pools of the configuration file
+// are the operator's, and not checked.
+func (s *Server) checkPoolTemplate(ctx context.Context, def *sandbox.Pool) error {
+	field := "pool " + def.Name + ": template"
+	if err := s.checkRegistry(field+".image.uri", def.Template.Image); err != nil {
+		return err
+	}
+	return s.checkHostSize(ctx, field+".resourceLimits", def.Template.Resources)
+}
+
 // createPool answers POST /pools.
 func (s *Server) createPool(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pooler()
@@ -151,6 +173,9 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) error {
 	}
 	def, err := PoolFromRequest(&req)
 	if err != nil {
+		return err
+	}
+	if err := s.checkPoolTemplate(r.Context(), &def); err != nil {
 		return err
 	}
 	info, err := p.CreatePool(r.Context(), def)
@@ -224,6 +249,9 @@ func (s *Server) updatePool(w http.ResponseWriter, r *http.Request) error {
 	}
 	def, err := PoolFromRequest(&req)
 	if err != nil {
+		return err
+	}
+	if err := s.checkPoolTemplate(r.Context(), &def); err != nil {
 		return err
 	}
 	info, err := p.UpdatePool(r.Context(), def)

@@ -27,6 +27,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkHostSize(r.Context(), "resourceLimits", spec.Resources); err != nil {
+		return err
+	}
 	sb, err := s.m.Create(r.Context(), spec)
 	if err != nil {
 		if spec.SnapshotID != "" {

@@ -18,7 +18,8 @@ import (
 )
 
 func TestCreateSandbox(t *testing.T) {
-	e, rt := newEnv(t)
+	// custom.key reaches the runtime because the operator allows it.
+	e, rt := newEnv(t, func(c *Config) { c.AllowedExtensions = []string{"custom.*"} })
 	before := time.Now()
 	body := `{"image":{"uri":"registry.local:5000/team/app:1.0","auth":{"username":"u","password":"p"}},
 		"entrypoint":["python","-m","http.server","8080"],"timeout":1800,

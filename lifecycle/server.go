@@ -60,6 +60,21 @@ type Config struct {
 	// that contain it are refused whatever the list says.
 	HostPathAllowlist []string
 
+	// AllowedExtensions lists the extension keys a create may carry
+	// besides those the server reads (poolRef,
+	// access.renew.extend.seconds) and those its runtime reads
+	// (sandbox.ExtensionReader): the runtime keeps them as they are. An
+	// entry ending in "*" allows every key with that prefix ("team.*");
+	// "*" alone allows any key. A key in none of these is a 400.
+	AllowedExtensions []string
+
+	// AllowLocalRegistries accepts image references whose registry is a
+	// loopback, unspecified or link-local address or a localhost name.
+	// Default: refused, since the engine pulling from them reaches
+	// services on its own host (this server among them) or a cloud
+	// metadata service.
+	AllowLocalRegistries bool
+
 	// MaxBodyBytes bounds the JSON body of an API request (never the
 	// bodies the proxy route forwards). Default 1 MiB.
 	MaxBodyBytes int64
@@ -124,6 +139,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("HostPathAllowlist entry %q: not an absolute path", p)
 		}
 	}
+	for _, k := range c.AllowedExtensions {
+		if k == "" || strings.Contains(strings.TrimSuffix(k, "*"), "*") {
+			return fmt.Errorf("AllowedExtensions entry %q: want a key, or a prefix followed by *", k)
+		}
+	}
 	return nil
 }
 
@@ -183,6 +203,10 @@ func New(m *Manager, cfg Config) (*Server, error) {
 	s.handler = http.HandlerFunc(s.serve)
 	return s, nil
 }
+
+// KeyRequired reports whether requests need the API key: always, unless
+// the server has no key (Insecure), when every request is accepted.
+func (s *Server) KeyRequired() bool { return s.cfg.APIKey != "" }
 
 // Handler returns the whole API: every route at the root and under /v1.
 func (s *Server) Handler() http.Handler { return s.handler }

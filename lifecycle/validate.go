@@ -52,6 +52,9 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	var spec sandbox.Spec
 
 	// The reference checks extensions before anything runtime-specific.
+	if err := s.checkExtensionKeys(req.Extensions); err != nil {
+		return spec, err
+	}
 	if err := checkExtensions(req.Extensions); err != nil {
 		return spec, err
 	}
@@ -83,6 +86,9 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 		}
 		if err := checkImageRef(req.Image.URI); err != nil {
 			return spec, invalid(codeInvalidParameter, "image.uri %q: %v", req.Image.URI, err)
+		}
+		if err := s.checkRegistry("image.uri", req.Image.URI); err != nil {
+			return spec, err
 		}
 		spec.Image = req.Image.URI
 		if a := req.Image.Auth; a != nil {
@@ -139,6 +145,9 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 			spec.Env = map[string]string{}
 		}
 		spec.Env[k] = *v
+	}
+	if err := checkExecSize(spec.Env, spec.Entrypoint); err != nil {
+		return spec, err
 	}
 
 	for _, k := range slices.Sorted(maps.Keys(req.Metadata)) {
@@ -418,6 +427,9 @@ func (s *Server) volumes(in []api.Volume) ([]sandbox.Volume, error) {
 			return nil, invalid(codeVolumeMountPath, "%s.mountPath %q: want an absolute path", field, v.MountPath)
 		}
 		mount := path.Clean(v.MountPath)
+		if why := reservedMount(mount); why != "" {
+			return nil, invalid(codeVolumeMountPath, "%s.mountPath %q: %s", field, v.MountPath, why)
+		}
 		if mounts[mount] {
 			return nil, invalid(codeVolumeMountPath, "%s.mountPath %q: another volume is mounted there", field, v.MountPath)
 		}
@@ -563,6 +575,21 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 			return "", invalid(codeVolumeHostPath, "%s %q: %v", field, p, err)
 		}
 		resolved = append(resolved, r)
+	}
+
+	// The host's root holds everything, the engine's socket and this
+	// server's keys included: say so rather than name the socket.
+	for i, c := range slices.Concat(lexical, resolved) {
+		if c == "/" {
+			what, how := p, "is"
+			if i%2 == 1 {
+				what = filepath.Join(p, sub)
+			}
+			if i >= len(lexical) {
+				how = "leads (through symlinks) to"
+			}
+			return "", invalid(codeVolumeNotAllowed, "%s %q %s /, the host's root directory, which no sandbox may mount", field, what, how)
+		}
 	}
 
 	forbidden := slices.Clone(dockerSockets)

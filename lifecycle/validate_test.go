@@ -289,6 +289,9 @@ func FuzzCreateRequest(f *testing.F) {
 		`{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{},"volumes":[{"name":"v","mountPath":"/m","pvc":{"claimName":"c","storage":"1Gi"}}]}`,
 		`{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{},"timeout":1e18}`,
 		`{"extensions":{"poolRef":"p"}}`,
+		`{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{},"extensions":{"docker.privileged":"true"}}`,
+		`{"image":{"uri":"127.0.0.1:5000/a"},"entrypoint":["x"],"resourceLimits":{}}`,
+		`{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{},"volumes":[{"name":"v","mountPath":"/opt","pvc":{"claimName":"c"}}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -368,6 +371,15 @@ func checkSpec(t *testing.T, srv *Server, req *api.CreateSandboxRequest, spec *s
 	if strings.TrimSpace(spec.Extensions[extPoolRef]) != "" {
 		t.Fatal("accepted a pool ref")
 	}
+	if err := srv.checkExtensionKeys(spec.Extensions); err != nil {
+		t.Fatalf("accepted extensions %v: %v", spec.Extensions, err)
+	}
+	if spec.Image != "" && localRegistry(spec.Image) != "" {
+		t.Fatalf("accepted image %q from a local registry", spec.Image)
+	}
+	if err := checkExecSize(spec.Env, spec.Entrypoint); err != nil {
+		t.Fatalf("accepted env and entrypoint the kernel refuses: %v", err)
+	}
 	if v, ok := spec.Extensions[extRenewExtend]; ok {
 		if _, err := renewExtendOf(v); err != nil {
 			t.Fatalf("accepted %s=%q", extRenewExtend, v)
@@ -379,7 +391,7 @@ func checkSpec(t *testing.T, srv *Server, req *api.CreateSandboxRequest, spec *s
 			t.Fatalf("accepted volume name %q", v.Name)
 		}
 		names[v.Name] = true
-		if !strings.HasPrefix(v.MountPath, "/") || mounts[v.MountPath] {
+		if !strings.HasPrefix(v.MountPath, "/") || mounts[v.MountPath] || reservedMount(v.MountPath) != "" {
 			t.Fatalf("accepted mount path %q", v.MountPath)
 		}
 		mounts[v.MountPath] = true

@@ -149,3 +149,37 @@ type Limited interface {
 	// Unsupported returns the reason, or "" to use a generic message.
 	Unsupported(op string) string
 }
+
+// HostSize is what the largest machine a runtime can place a sandbox on
+// offers: a sandbox that asks for more can never get it. Zero CPU or
+// memory means unknown.
+type HostSize struct {
+	// CPUMillis is the machine's CPUs in thousandths (2 CPUs = 2000).
+	CPUMillis int64
+	// MemoryBytes is the machine's memory.
+	MemoryBytes int64
+	// GPUs is the machine's GPUs, when GPUsKnown.
+	GPUs      int64
+	GPUsKnown bool
+	// Where names the machine in messages: "the Docker engine's host",
+	// "node worker-1 (the largest)".
+	Where string
+}
+
+// HostSizer is a runtime that knows how large its machines are. The
+// lifecycle server refuses a create that asks for more CPU, memory or
+// GPUs than HostSize reports, rather than accept a sandbox the engine
+// would fail later or run without the limit asked for. Implementations
+// answer from a cache or an informer, not with a call per create.
+type HostSizer interface {
+	HostSize(ctx context.Context) (HostSize, error)
+}
+
+// ExtensionReader is a runtime that reads extension keys of its own
+// ("docker.runtime"). The lifecycle server refuses a create with an
+// extension key that neither it nor the runtime reads, unless the
+// operator lets the key through.
+type ExtensionReader interface {
+	// ExtensionKeys returns the keys the runtime reads.
+	ExtensionKeys() []string
+}

@@ -22,7 +22,10 @@ type Spec struct {
 	Volumes    []Volume
 	Platform   *Platform
 	// Extensions are free-form settings; runtimes read the keys they
-	// know (see each runtime's documentation) and ignore the rest.
+	// know (see each runtime's documentation and ExtensionReader). The
+	// lifecycle server lets through only keys that it or the runtime
+	// reads, and those the operator allows, which runtimes keep as they
+	// are.
 	Extensions map[string]string
 	// SecureAccess asks for an access token on ingress routes.
 	SecureAccess bool

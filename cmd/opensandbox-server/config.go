@@ -74,9 +74,15 @@ type serverConfig struct {
 	MaxSandboxTimeout   time.Duration `toml:"max_sandbox_timeout"`
 	MinSandboxTimeout   time.Duration `toml:"min_sandbox_timeout"`
 	HostVolumeAllowlist []string      `toml:"host_volume_allowlist"`
-	MaxBodyBytes        int64         `toml:"max_body_bytes"`
-	LogLevel            string        `toml:"log_level"`
-	LogFormat           string        `toml:"log_format"`
+	// AllowedExtensions are extension keys creates may carry besides
+	// those the server and its runtime read ("team.*" for a prefix).
+	AllowedExtensions []string `toml:"allowed_extensions"`
+	// AllowLocalRegistries accepts images from registries on loopback,
+	// unspecified or link-local addresses and localhost names.
+	AllowLocalRegistries bool   `toml:"allow_local_registries"`
+	MaxBodyBytes         int64  `toml:"max_body_bytes"`
+	LogLevel             string `toml:"log_level"`
+	LogFormat            string `toml:"log_format"`
 	// MetricsAuth makes GET /metrics need the API key (also accepted as
 	// a bearer token). nil until setDefaults makes it true.
 	MetricsAuth *bool `toml:"metrics_auth"`
@@ -205,6 +211,11 @@ func (c *fileConfig) validate() error {
 			}
 		}
 	}
+	for _, k := range s.AllowedExtensions {
+		if k == "" || strings.Contains(strings.TrimSuffix(k, "*"), "*") {
+			return fmt.Errorf("server.allowed_extensions: %q: want a key, or a prefix followed by *", k)
+		}
+	}
 	switch s.LogFormat {
 	case "text", "json":
 	default:
@@ -297,6 +308,14 @@ min_sandbox_timeout = "60s"
 # subdirectories). Empty: host volumes are refused. The runtime's data_dir
 # may not be under one of them.
 host_volume_allowlist = []
+# Extension keys a create may carry besides those this server and its
+# runtime read (a create with any other key is refused); "team.*" allows
+# every key with that prefix.
+allowed_extensions = []
+# Accept images from registries on this machine or its link (127.0.0.1,
+# [::1], localhost, 169.254.0.0/16, fe80::/10): the engine pulls as the
+# host, so such a reference reaches the host's own services.
+allow_local_registries = false
 # Largest request body, in bytes.
 max_body_bytes = 1048576
 # debug, info, warn or error; text or json.

@@ -88,6 +88,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"relative allowlist", "version = 1\n[server]\n" + key + "\nhost_volume_allowlist = [\"data\"]\n", "not an absolute path"},
 		{"bad runtime", "version = 1\n[server]\n" + key + "\n[runtime]\ntype = \"lxc\"\n", "runtime.type"},
 		{"bad duration", "version = 1\n[server]\n" + key + "\nmax_sandbox_timeout = \"forever\"\n", "c.toml"},
+		{"star inside an extension key", "version = 1\n[server]\n" + key + "\nallowed_extensions = [\"a*b\"]\n", "server.allowed_extensions"},
+		{"empty extension key", "version = 1\n[server]\n" + key + "\nallowed_extensions = [\"\"]\n", "server.allowed_extensions"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +101,16 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.toml"), false); err == nil || !strings.Contains(err.Error(), "init-config") {
 		t.Fatalf("missing config: %v", err)
+	}
+}
+
+func TestRefusalOptions(t *testing.T) {
+	cfg, err := loadConfig(writeConfig(t, "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nallowed_extensions = [\"team.*\", \"billing\"]\nallow_local_registries = true\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.Server; len(s.AllowedExtensions) != 2 || s.AllowedExtensions[0] != "team.*" || !s.AllowLocalRegistries {
+		t.Fatalf("server config %+v", s)
 	}
 }
 

@@ -95,18 +95,20 @@ func (m *Main) Run(ctx context.Context) error {
 	runtimeName := strings.ToUpper(cfg.Runtime.Type)
 	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log, Observer: metrics, RuntimeName: runtimeName})
 	srv, err := lifecycle.New(mgr, lifecycle.Config{
-		APIKey:            cfg.Server.APIKey,
-		Insecure:          cfg.Server.Insecure,
-		RuntimeName:       runtimeName,
-		PublicAddress:     cfg.Server.PublicAddress,
-		MaxTimeout:        cfg.Server.MaxSandboxTimeout,
-		MinTimeout:        cfg.Server.MinSandboxTimeout,
-		HostPathAllowlist: cfg.Server.HostVolumeAllowlist,
-		MaxBodyBytes:      cfg.Server.MaxBodyBytes,
-		Logger:            log,
-		Version:           version,
-		Metrics:           metrics,
-		MetricsPublic:     cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
+		APIKey:               cfg.Server.APIKey,
+		Insecure:             cfg.Server.Insecure,
+		RuntimeName:          runtimeName,
+		PublicAddress:        cfg.Server.PublicAddress,
+		MaxTimeout:           cfg.Server.MaxSandboxTimeout,
+		MinTimeout:           cfg.Server.MinSandboxTimeout,
+		HostPathAllowlist:    cfg.Server.HostVolumeAllowlist,
+		AllowedExtensions:    cfg.Server.AllowedExtensions,
+		AllowLocalRegistries: cfg.Server.AllowLocalRegistries,
+		MaxBodyBytes:         cfg.Server.MaxBodyBytes,
+		Logger:               log,
+		Version:              version,
+		Metrics:              metrics,
+		MetricsPublic:        cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
 	})
 	if err != nil {
 		return err
@@ -129,8 +131,12 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	if cfg.Server.Insecure {
+	// The warning says what the server does, not what it was told:
+	// insecure with a key still wants the key.
+	if !srv.KeyRequired() {
 		log.Warn("running without an API key: every request is accepted")
+	} else if cfg.Server.Insecure {
+		log.Info("server.insecure is set, but so is an API key: every request still needs the key")
 	}
 	log.Info("opensandbox-server listening", "addr", ln.Addr().String(), "runtime", cfg.Runtime.Type, "version", version)
 	if m.Ready != nil {

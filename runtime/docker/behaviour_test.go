@@ -294,11 +294,11 @@ func TestHardening(t *testing.T) {
 func TestGVisor(t *testing.T) {
 	testenv.MustHaveDocker(t)
 	rt := newTestRuntime(t, nil)
-	rts, err := rt.eng.runtimes(context.Background())
+	info, err := rt.eng.info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rts["runsc"] {
+	if !info.runtimes["runsc"] {
 		testenv.Missing(t, "runsc is not a runtime of the engine (run make docker)")
 	}
 	id := start(t, rt, sandbox.Spec{Extensions: map[string]string{extRuntime: "runsc"}})

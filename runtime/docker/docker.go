@@ -24,11 +24,13 @@ import (
 )
 
 var (
-	_ sandbox.Runtime     = (*Runtime)(nil)
-	_ sandbox.Pauser      = (*Runtime)(nil)
-	_ sandbox.Snapshotter = (*Runtime)(nil)
-	_ sandbox.Diagnoser   = (*Runtime)(nil)
-	_ sandbox.Reconciler  = (*Runtime)(nil)
+	_ sandbox.Runtime         = (*Runtime)(nil)
+	_ sandbox.Pauser          = (*Runtime)(nil)
+	_ sandbox.Snapshotter     = (*Runtime)(nil)
+	_ sandbox.Diagnoser       = (*Runtime)(nil)
+	_ sandbox.Reconciler      = (*Runtime)(nil)
+	_ sandbox.HostSizer       = (*Runtime)(nil)
+	_ sandbox.ExtensionReader = (*Runtime)(nil)
 )
 
 // Runtime runs sandboxes as Docker containers.
@@ -43,6 +45,7 @@ type Runtime struct {
 	// pinErr says why this process cannot pin volumes (see pins.go);
 	// nil when it can.
 	pinErr error
+	size   hostSizeCache // the engine's machine, for HostSize
 
 	// ctx lives as long as the runtime: creates and the event loop run in
 	// it, not in the request that started them.
@@ -150,11 +153,12 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 		eng.close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
-	runtimes, err := eng.runtimes(pingCtx)
+	host, err := eng.info(pingCtx)
 	if err != nil {
 		eng.close()
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
+	runtimes := host.runtimes
 	if cfg.Runtime != "" && cfg.Runtime != "runc" && !runtimes[cfg.Runtime] {
 		eng.close()
 		return nil, fmt.Errorf("runtime.docker.runtime: the engine has no runtime %q (register it in /etc/docker/daemon.json)", cfg.Runtime)
@@ -168,6 +172,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	r := &Runtime{cfg: cfg, log: logger.With("runtime", "docker"), eng: eng, st: st, runtimes: runtimes,
 		ctx: ctx, cancel: cancel, byID: map[sandbox.ID]*entry{},
 		pools: map[string]*poolState{}, poolWake: make(chan struct{}, 1)}
+	r.size.set(hostSizeOf(host, nvidiaGPUsDir), time.Now())
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
 	r.pulls = newPulls(eng, r.log, cfg.PullTimeout, cfg.Observer)
 	defer func() {

@@ -315,15 +315,27 @@ func (e *engine) removeVolume(ctx context.Context, name string) error {
 	return err
 }
 
-// runtimes returns the OCI runtimes the engine knows ("runc", "runsc").
-func (e *engine) runtimes(ctx context.Context) (map[string]bool, error) {
+// hostInfo is what the engine says of itself and its machine.
+type hostInfo struct {
+	// runtimes are the OCI runtimes the engine knows ("runc", "runsc").
+	runtimes map[string]bool
+	cpus     int   // the machine's CPUs (NCPU)
+	memory   int64 // the machine's memory in bytes (MemTotal)
+	// local: the engine is reached on a Unix socket, so it runs on this
+	// machine's kernel.
+	local bool
+}
+
+// info asks the engine about itself and its machine.
+func (e *engine) info(ctx context.Context) (hostInfo, error) {
 	info, err := e.c.Info(ctx)
 	if err != nil {
-		return nil, err
+		return hostInfo{}, fmt.Errorf("engine info: %w", err)
 	}
-	out := map[string]bool{}
+	out := hostInfo{runtimes: map[string]bool{}, cpus: info.NCPU, memory: info.MemTotal,
+		local: strings.HasPrefix(e.c.DaemonHost(), "unix://")}
 	for name := range info.Runtimes {
-		out[name] = true
+		out.runtimes[name] = true
 	}
 	return out, nil
 }

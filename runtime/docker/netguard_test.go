@@ -369,7 +369,7 @@ func TestNetworkGuard(t *testing.T) {
 	rt := newTestRuntime(t, func(c *Config) { c.Network, c.DNS = n.name, []string{resolver.String()} })
 	id := start(t, rt, sandbox.Spec{})
 	ids := []sandbox.ID{id}
-	if rts, _ := rt.eng.runtimes(context.Background()); rts["runsc"] {
+	if rt.runtimes["runsc"] {
 		// gVisor's network stack sits in the same namespace, behind the
 		// same host rules.
 		ids = append(ids, start(t, rt, sandbox.Spec{Extensions: map[string]string{extRuntime: "runsc"}}))

@@ -40,11 +40,13 @@ import (
 )
 
 var (
-	_ sandbox.Runtime    = (*Runtime)(nil)
-	_ sandbox.Diagnoser  = (*Runtime)(nil)
-	_ sandbox.Reconciler = (*Runtime)(nil)
-	_ sandbox.Elected    = (*Runtime)(nil)
-	_ sandbox.Limited    = (*Runtime)(nil)
+	_ sandbox.Runtime         = (*Runtime)(nil)
+	_ sandbox.Diagnoser       = (*Runtime)(nil)
+	_ sandbox.Reconciler      = (*Runtime)(nil)
+	_ sandbox.Elected         = (*Runtime)(nil)
+	_ sandbox.Limited         = (*Runtime)(nil)
+	_ sandbox.HostSizer       = (*Runtime)(nil)
+	_ sandbox.ExtensionReader = (*Runtime)(nil)
 )
 
 // Runtime runs sandboxes as pods of one namespace.
@@ -59,7 +61,12 @@ type Runtime struct {
 	secrets  listerscorev1.SecretNamespaceLister
 	poolDefs listerscorev1.ConfigMapNamespaceLister
 	podWrite *overlay[*corev1.Pod]
-	secWrite *overlay[*corev1.Secret]
+	// nodes is the node informer's lister when this server may read
+	// nodes (see watchNodes), else nil.
+	nodeFactory informers.SharedInformerFactory
+	nodes       listerscorev1.NodeLister
+	nodesSynced func() bool
+	secWrite    *overlay[*corev1.Secret]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -193,6 +200,7 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		r.factory.Shutdown()
 		return nil, err
 	}
+	r.watchNodes()
 	r.wg.Add(3)
 	go r.elect()
 	go r.housekeep()
@@ -221,6 +229,9 @@ func unwrapTombstone(obj any) any {
 func (r *Runtime) Close() error {
 	r.cancel()
 	r.factory.Shutdown() // no event handler runs after this
+	if r.nodeFactory != nil {
+		r.nodeFactory.Shutdown()
+	}
 	r.wg.Wait()
 	r.httpc.CloseIdleConnections()
 	return nil
