@@ -514,9 +514,22 @@ func cleanSubPath(p string) (string, error) {
 	return c, nil
 }
 
-// dockerSockets are the engine's sockets, which no sandbox may mount, nor
-// any directory that contains them.
-var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
+// engineSockets are the Docker engine's sockets, which no sandbox may
+// mount, nor any directory that contains them.
+var engineSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
+
+// engineDirs hold what drives the container engines and the kubelet on a
+// host: containerd's socket and shims (/run/docker/containerd,
+// /run/containerd), runtimes' state, the engines' stores (each container's
+// writable layer, every volume) and their configuration. A sandbox given
+// any of them, or a directory above or inside one, could drive the host's
+// containers or change how the engine starts them.
+var engineDirs = []string{
+	"/run/docker", "/var/run/docker", "/run/containerd", "/var/run/containerd",
+	"/run/runc", "/run/crio", "/var/run/crio", "/run/podman",
+	"/var/lib/docker", "/var/lib/containerd", "/var/lib/containers", "/var/lib/kubelet",
+	"/etc/docker", "/etc/containerd", "/etc/kubernetes",
+}
 
 // hostAllowlist cleans the host-volume allow-list and resolves its
 // entries' symbolic links, once: entries resolved again on every request
@@ -544,7 +557,9 @@ func hostAllowlist(entries []string) (allow, resolved []string, err error) {
 			if i == j {
 				continue
 			}
-			if within(allow[i], allow[j]) || within(resolved[i], resolved[j]) {
+			// Two spellings of one directory (/var/run and /run) are
+			// fine: the link between them lies outside both.
+			if within(allow[i], allow[j]) || (within(resolved[i], resolved[j]) && resolved[i] != resolved[j]) {
 				return nil, nil, fmt.Errorf("host path allow-list: %s lies inside %s (resolved: %s in %s); list only the outer one, whose sandboxes could otherwise redirect the inner one",
 					allow[i], allow[j], resolved[i], resolved[j])
 			}
@@ -592,16 +607,25 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 		}
 	}
 
-	forbidden := slices.Clone(dockerSockets)
-	for _, sock := range dockerSockets {
-		if r, err := resolveExisting(sock); err == nil {
-			forbidden = append(forbidden, r)
+	withResolved := func(paths []string) []string {
+		out := slices.Clone(paths)
+		for _, q := range paths {
+			if r, err := resolveExisting(q); err == nil && r != q {
+				out = append(out, r)
+			}
 		}
+		return out
 	}
+	sockets, dirs := withResolved(engineSockets), withResolved(engineDirs)
 	for _, c := range slices.Concat(lexical, resolved) {
-		for _, sock := range forbidden {
+		for _, sock := range sockets {
 			if within(sock, c) {
 				return "", invalid(codeVolumeNotAllowed, "%s %q: the Docker socket may not be mounted", field, p)
+			}
+		}
+		for _, d := range dirs {
+			if within(c, d) || within(d, c) {
+				return "", invalid(codeVolumeNotAllowed, "%s %q: %s drives the host's container engine and may not be mounted, nor anything above or inside it", field, p, d)
 			}
 		}
 	}

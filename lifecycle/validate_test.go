@@ -199,6 +199,12 @@ func TestHostPaths(t *testing.T) {
 		{"same directory, not through the allowed link", viaLink, allowed + "/sub", "", codeVolumeNotAllowed},
 		{"no allowlist", none, allowed, "", codeVolumeNotAllowed},
 		{"docker socket", root, "/var/run/docker.sock", "", codeVolumeNotAllowed},
+		{"containerd's socket directory", root, "/run/docker/containerd", "", codeVolumeNotAllowed},
+		{"containerd's own directory", root, "/run/containerd", "", codeVolumeNotAllowed},
+		{"the engine's store", root, "/var/lib/docker/volumes", "", codeVolumeNotAllowed},
+		{"the engine's configuration", root, "/etc/docker", "", codeVolumeNotAllowed},
+		{"the kubelet's directory by sub path", root, "/var/lib", "kubelet/pods", codeVolumeNotAllowed},
+		{"above the engine's configuration", root, "/etc", "", codeVolumeNotAllowed},
 		{"docker socket, other path", root, "/run/docker.sock", "", codeVolumeNotAllowed},
 		{"directory of the socket", root, "/run", "", codeVolumeNotAllowed},
 		{"directory of the socket, untidy", root, "/var/./run/", "", codeVolumeNotAllowed},
@@ -249,14 +255,14 @@ func TestHostAllowlist(t *testing.T) {
 			t.Errorf("hostAllowlist(%q) accepted", bad)
 		}
 	}
-	allow, resolved, err := hostAllowlist([]string{p("a"), p("b") + "/", p("a"), p("to-c")})
+	allow, resolved, err := hostAllowlist([]string{p("a"), p("b") + "/", p("a"), p("to-c"), p("c")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{p("a"), p("b"), p("to-c")}; !slices.Equal(allow, want) {
+	if want := []string{p("a"), p("b"), p("to-c"), p("c")}; !slices.Equal(allow, want) {
 		t.Errorf("allow %q, want %q", allow, want)
 	}
-	if want := []string{p("a"), p("b"), p("c")}; !slices.Equal(resolved, want) {
+	if want := []string{p("a"), p("b"), p("c"), p("c")}; !slices.Equal(resolved, want) {
 		t.Errorf("resolved %q, want %q", resolved, want)
 	}
 
