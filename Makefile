@@ -42,9 +42,10 @@ test-e2e: build images ## only the end-to-end tests against real containers and 
 	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
 	OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m ./e2e/...
 
-attack: build images ## only the attack suite (e2e/attack_*_test.go), printing each attempt and its result
+attack: build images ## only the attack suite (e2e/attack_*_test.go and the Kubernetes runtime's), printing each attempt and its result
 	@./scripts/test-deps.sh
-	set -o pipefail; OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 20m -v -run 'Attack' ./e2e/... | grep -E '^(=== RUN|--- |\s+attack_.*attempt |ok|FAIL|PASS)'
+	@./scripts/k8s-up.sh && ./scripts/k8s-images.sh
+	set -o pipefail; OSB_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 30m -v -run 'Attack' ./e2e/... ./runtime/kubernetes/... | grep -E '^(--- |\s+[a-z_]*attack[a-z_]*_test.go:[0-9]+: attempt |ok|FAIL|PASS)'
 
 bench: build images ## every performance harness, with the Docker engine (or, on the make k8s-up cluster, a bare Pod) as baseline; tables, JSON and PNG charts in bench/results (BENCH=quick: under 2 minutes, 4 with the cluster up)
 	$(GO) run ./bench/execdbench -mode $(BENCH) -out bench/results

@@ -148,7 +148,11 @@ func TestAttackHostPathSubPath(t *testing.T) {
 		if counts["mounted the directory"] == 0 || counts["mounted the directory"] == n {
 			t.Errorf("the race was not exercised: %v", counts)
 		}
-		t.Logf("attempt hostpath-subpath-race: %d pods while the directory is swapped with a link: %v", n, counts)
+		verdict := "held"
+		if t.Failed() {
+			verdict = "BROKEN"
+		}
+		t.Logf("attempt hostpath-subpath-race → %s: %d pods while the directory is swapped with a link: %v", verdict, n, counts)
 	})
 }
 
