@@ -310,6 +310,83 @@ func (e *engine) runtimes(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
+// engineStorage is what the engine says of where containers' files go.
+type engineStorage struct {
+	// Driver is the storage driver ("overlay2"); BackingFS the file
+	// system under it ("extfs", "xfs").
+	Driver    string
+	BackingFS string
+	// RootDir is the engine's data root (/var/lib/docker).
+	RootDir string
+	// LogDriver is the default logging driver ("json-file").
+	LogDriver string
+	// RuntimeArgs are the arguments each OCI runtime is started with.
+	RuntimeArgs map[string][]string
+}
+
+// storage reads the engine's storage and logging setup.
+func (e *engine) storage(ctx context.Context) (engineStorage, error) {
+	info, err := e.c.Info(ctx)
+	if err != nil {
+		return engineStorage{}, fmt.Errorf("read the engine's info: %w", err)
+	}
+	s := engineStorage{Driver: info.Driver, RootDir: info.DockerRootDir, LogDriver: info.LoggingDriver, RuntimeArgs: map[string][]string{}}
+	for _, kv := range info.DriverStatus {
+		if kv[0] == "Backing Filesystem" {
+			s.BackingFS = kv[1]
+		}
+	}
+	for name, rt := range info.Runtimes {
+		s.RuntimeArgs[name] = rt.Args
+	}
+	return s, nil
+}
+
+// containerFiles are the places on the host where a running container
+// keeps what it writes.
+type containerFiles struct {
+	Labels map[string]string
+	// Running is false for a container that is not running.
+	Running bool
+	// Pid is the host PID of its init process.
+	Pid int
+	// UpperDir is its writable layer (overlay storage drivers only).
+	UpperDir string
+	// EtcFiles are the engine's files mounted writable at /etc/hosts,
+	// /etc/resolv.conf and /etc/hostname.
+	EtcFiles []string
+	// Volumes are the named volumes it mounts writable.
+	Volumes []volumeMountPoint
+}
+
+// volumeMountPoint is a named volume and where its data is on the host.
+type volumeMountPoint struct {
+	Name, Driver, Source string
+}
+
+// files inspects a container for where its writes land.
+func (e *engine) files(ctx context.Context, id string) (containerFiles, error) {
+	c, err := e.c.ContainerInspect(ctx, id)
+	if err != nil {
+		return containerFiles{}, classify(err)
+	}
+	f := containerFiles{Labels: c.Config.Labels, UpperDir: c.GraphDriver.Data["UpperDir"]}
+	if c.State != nil {
+		f.Running, f.Pid = c.State.Running && !c.State.Paused, c.State.Pid
+	}
+	for _, p := range []string{c.HostsPath, c.ResolvConfPath, c.HostnamePath} {
+		if p != "" {
+			f.EtcFiles = append(f.EtcFiles, p)
+		}
+	}
+	for _, m := range c.Mounts {
+		if m.Type == "volume" && m.RW && m.Source != "" {
+			f.Volumes = append(f.Volumes, volumeMountPoint{Name: m.Name, Driver: m.Driver, Source: m.Source})
+		}
+	}
+	return f, nil
+}
+
 // ensureIsolatedNetwork makes a bridge network on which containers cannot
 // reach each other (inter-container communication off), if there is none
 // of that name.
