@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -49,6 +48,8 @@ type usageCounter struct {
 	// bufs are the directory-reading buffers, one per depth.
 	bufs  [][]byte
 	names []string
+	// procBuf holds a file of /proc being read.
+	procBuf []byte
 }
 
 func (c *usageCounter) reset() {
@@ -197,27 +198,86 @@ func (c *usageCounter) addUnlinked(procsFile string) error {
 
 func (c *usageCounter) addUnlinkedOf(pid int) {
 	dir := "/proc/" + strconv.Itoa(pid)
-	if fds, err := os.ReadDir(dir + "/fd"); err == nil {
-		for _, fd := range fds {
-			c.addUnlinkedFile(dir + "/fd/" + fd.Name())
-		}
+	if fd, err := unix.Open(dir+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		c.addUnlinkedFds(fd, dir+"/fd/")
+		unix.Close(fd)
 	}
-	maps, err := os.ReadFile(dir + "/maps")
+	maps, err := c.readProcFile(dir + "/maps")
 	if err != nil {
 		return
 	}
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	for sc.Scan() {
+	deleted := []byte(" (deleted)")
+	for len(maps) > 0 {
 		// "7f0c1e000000-7f0c1e400000 rw-s 00000000 fe:00 1234 /data/f (deleted)"
-		line := sc.Bytes()
-		fields := bytes.Fields(line)
-		if len(fields) < 6 || !bytes.HasSuffix(line, []byte(" (deleted)")) {
+		line := maps
+		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
+			line, maps = maps[:i], maps[i+1:]
+		} else {
+			maps = nil
+		}
+		if !bytes.HasSuffix(line, deleted) {
 			continue
 		}
-		if perms := fields[1]; len(perms) < 4 || perms[1] != 'w' || perms[3] != 's' {
+		rng, rest, ok := bytes.Cut(line, []byte(" "))
+		if !ok || len(rest) < 4 || rest[1] != 'w' || rest[3] != 's' {
 			continue // only a shared writable mapping can grow a file
 		}
-		c.addUnlinkedFile(dir + "/map_files/" + string(fields[0]))
+		c.addUnlinkedFile(dir + "/map_files/" + string(rng))
+	}
+}
+
+// addUnlinkedFds counts the unlinked files among the descriptors listed
+// in the /proc/PID/fd directory open as dirfd, whose path is prefix.
+func (c *usageCounter) addUnlinkedFds(dirfd int, prefix string) {
+	if len(c.bufs) == 0 {
+		c.bufs = append(c.bufs, make([]byte, 16<<10))
+	}
+	for {
+		n, err := unix.Getdents(dirfd, c.bufs[0])
+		if err != nil || n == 0 {
+			return
+		}
+		start := len(c.names)
+		_, _, c.names = unix.ParseDirent(c.bufs[0][:n], -1, c.names)
+		for _, name := range c.names[start:] {
+			var st unix.Stat_t
+			// Following the magic link: the open file itself.
+			if unix.Fstatat(dirfd, name, &st, 0) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 0 {
+				c.addUnlinkedFile(prefix + name)
+			}
+		}
+		clear(c.names[start:])
+		c.names = c.names[:start]
+	}
+}
+
+// readProcFile reads a file of /proc into the counter's buffer, which it
+// grows as needed; the result is valid until the next call.
+func (c *usageCounter) readProcFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if c.procBuf == nil {
+		c.procBuf = make([]byte, 64<<10)
+	}
+	n := 0
+	for {
+		if n == len(c.procBuf) {
+			c.procBuf = append(c.procBuf, make([]byte, len(c.procBuf))...)
+		}
+		m, err := unix.Read(fd, c.procBuf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return c.procBuf[:n], nil
+		}
+		n += m
 	}
 }
 

@@ -7,7 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -44,10 +48,10 @@ const (
 	// fill its disk when it has not been seen growing faster: about what
 	// one writing into its page cache reaches here. A sandbox is measured
 	// again before it could have reached its limit at that rate.
-	assumedWriteRate = 1 << 30 // bytes per second
+	assumedWriteRate = 4 << 30 // bytes per second
 	// minCheckInterval and maxCheckInterval bound the time between two
 	// measurements of a sandbox.
-	minCheckInterval = 20 * time.Millisecond
+	minCheckInterval = 10 * time.Millisecond
 	maxCheckInterval = 10 * time.Second
 	// costFactor: a sandbox is measured at most once per costFactor
 	// times as long as measuring it took, so that one with a huge tree
@@ -90,17 +94,22 @@ func growthRate(prev float64, grown int64, elapsed time.Duration) float64 {
 }
 
 // diskWatch is the watcher's state. Only its goroutine (watchDisks)
-// touches it, except wake.
+// touches it, except wake and handed.
 type diskWatch struct {
 	// wake asks the watcher to look for new sandboxes now.
-	wake    chan struct{}
+	wake chan struct{}
+	// handed are containers just started, as provisioning inspected
+	// them: the watcher takes them without asking the engine again.
+	mu     sync.Mutex
+	handed map[sandbox.ID]containerInfo
+
 	watched map[sandbox.ID]*watchedSandbox
+	// measurements counts the measurements made, busy the time they
+	// took (nanoseconds): what watching costs.
+	measurements, busy atomic.Int64
 	// unlimited are sandboxes looked at that have no limit.
 	unlimited map[sandbox.ID]bool
-	// killing are sandboxes failed for their disk whose container could
-	// not be stopped yet.
-	killing map[sandbox.ID]string
-	counter usageCounter
+	counter   usageCounter
 }
 
 // watchedSandbox is one sandbox with a storage limit, and where its files
@@ -115,28 +124,60 @@ type watchedSandbox struct {
 	files []string
 	// procs is its cgroup's cgroup.procs ("" when not found).
 	procs string
+	// pidfd refers to its container's init process (-1 for none): a
+	// signal to it stops the sandbox at once, and never reaches another
+	// process that reused the PID.
+	pidfd int
 
 	last   diskUsage
 	lastAt time.Time
 	rate   float64
-	cost   time.Duration
-	due    time.Time
+	// cost is how long measuring it takes, smoothed.
+	cost time.Duration
+	due  time.Time
 }
 
 func newDiskWatch() *diskWatch {
-	return &diskWatch{wake: make(chan struct{}, 1), watched: map[sandbox.ID]*watchedSandbox{},
-		unlimited: map[sandbox.ID]bool{}, killing: map[sandbox.ID]string{}}
+	return &diskWatch{wake: make(chan struct{}, 1), handed: map[sandbox.ID]containerInfo{}, watched: map[sandbox.ID]*watchedSandbox{},
+		unlimited: map[sandbox.ID]bool{}}
 }
 
-// poke asks the watcher to look for new sandboxes at once.
-func (w *diskWatch) poke() {
-	if w == nil {
+// forget stops watching a sandbox.
+func (w *diskWatch) forget(id sandbox.ID) {
+	if ws := w.watched[id]; ws != nil {
+		if ws.pidfd >= 0 {
+			unix.Close(ws.pidfd)
+		}
+		delete(w.watched, id)
+	}
+}
+
+// started hands the watcher a sandbox whose container has just started,
+// inspected (info), so that it is measured at once, before it can have
+// written much.
+func (w *diskWatch) started(id sandbox.ID, info containerInfo) {
+	if w == nil || info.Labels[labelStorage] == "" {
 		return
 	}
+	w.mu.Lock()
+	w.handed[id] = info
+	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// takeHanded returns the containers handed over since the last call.
+func (w *diskWatch) takeHanded() map[sandbox.ID]containerInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.handed) == 0 {
+		return nil
+	}
+	h := w.handed
+	w.handed = map[sandbox.ID]containerInfo{}
+	return h
 }
 
 // watchDisks is the watcher's loop: it runs as long as the runtime.
@@ -224,18 +265,15 @@ func (r *Runtime) diskCandidates() map[sandbox.ID]bool {
 }
 
 // syncWatched matches the watched sandboxes with the index: it starts
-// watching sandboxes that started (one inspect each, to learn their limit
-// and where their files are), forgets those that stopped, and retries the
-// stops that failed.
+// watching sandboxes that started (handed over by provisioning, or one
+// inspect each, to learn their limit and where their files are), and
+// forgets those that stopped.
 func (r *Runtime) syncWatched() {
 	w := r.disk
-	for id, msg := range w.killing {
-		r.stopContainer(id, msg)
-	}
 	live := r.diskCandidates()
 	for id := range w.watched {
 		if !live[id] {
-			delete(w.watched, id)
+			w.forget(id)
 		}
 	}
 	for id := range w.unlimited {
@@ -243,11 +281,18 @@ func (r *Runtime) syncWatched() {
 			delete(w.unlimited, id)
 		}
 	}
+	handed := w.takeHanded()
 	for id := range live {
 		if w.watched[id] != nil || w.unlimited[id] {
 			continue
 		}
-		ws, err := r.locateFiles(id)
+		var ws *watchedSandbox
+		var err error
+		if info, ok := handed[id]; ok {
+			ws, err = r.watchedFrom(id, info.Labels, info.Files)
+		} else {
+			ws, err = r.locateFiles(id)
+		}
 		switch {
 		case err != nil:
 			r.log.Warn("find the files of a sandbox to measure them; trying again", "sandbox", id, "err", err)
@@ -259,16 +304,24 @@ func (r *Runtime) syncWatched() {
 	}
 }
 
-// locateFiles finds a sandbox's limit and where its files are; nil for a
-// sandbox without a limit.
+// locateFiles finds a sandbox's limit and where its files are, from its
+// container; nil for a sandbox without a limit.
 func (r *Runtime) locateFiles(id sandbox.ID) (*watchedSandbox, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
-	f, err := r.eng.files(ctx, containerName(id))
+	info, err := r.eng.inspect(ctx, containerName(id))
 	if err != nil {
 		return nil, fmt.Errorf("inspect container: %w", err)
 	}
-	limit, _ := strconv.ParseInt(f.Labels[labelStorage], 10, 64)
+	return r.watchedFrom(id, info.Labels, info.Files)
+}
+
+// watchedFrom is what the watcher measures of a sandbox whose container
+// has labels and files f; nil for a sandbox without a limit. Named
+// volumes of the server's scope are counted: their labels are asked of
+// the engine.
+func (r *Runtime) watchedFrom(id sandbox.ID, labels map[string]string, f containerFiles) (*watchedSandbox, error) {
+	limit, _ := strconv.ParseInt(labels[labelStorage], 10, 64)
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -278,16 +331,18 @@ func (r *Runtime) locateFiles(id sandbox.ID) (*watchedSandbox, error) {
 	if f.UpperDir == "" {
 		return nil, fmt.Errorf("the engine gives no writable layer directory (storage driver not overlay2?)")
 	}
-	ws := &watchedSandbox{id: id, limit: limit, trees: []string{f.UpperDir}, files: f.EtcFiles, due: time.Now()}
+	ws := &watchedSandbox{id: id, limit: limit, trees: []string{f.UpperDir}, files: f.EtcFiles, due: time.Now(), pidfd: -1}
 	for _, v := range f.Volumes {
 		if v.Driver != "" && v.Driver != "local" {
 			continue // a volume plugin's storage is its own
 		}
-		labels, ok, err := r.eng.volumeExists(ctx, v.Name)
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		vl, ok, err := r.eng.volumeExists(ctx, v.Name)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
-		if ok && labels[labelScope] == r.cfg.LabelScope {
+		if ok && vl[labelScope] == r.cfg.LabelScope {
 			ws.trees = append(ws.trees, v.Source)
 		}
 	}
@@ -295,6 +350,9 @@ func (r *Runtime) locateFiles(id sandbox.ID) (*watchedSandbox, error) {
 		r.log.Warn("files the sandbox deletes while it holds them open will not be counted", "sandbox", id, "err", err)
 	} else {
 		ws.procs = procs
+	}
+	if fd, err := unix.PidfdOpen(f.Pid, 0); err == nil {
+		ws.pidfd = fd
 	}
 	return ws, nil
 }
@@ -324,12 +382,15 @@ func (r *Runtime) measure(ws *watchedSandbox) {
 		}
 	}
 	now := time.Now()
-	ws.cost = now.Sub(start)
+	r.disk.measurements.Add(1)
+	r.disk.busy.Add(int64(now.Sub(start)))
+	// The cost is smoothed, so that one slow measurement (a cold cache,
+	// a busy disk) does not space out the next ones.
+	ws.cost = (3*ws.cost + now.Sub(start)) / 4
 	u := c.total
 	switch {
 	case errors.Is(err, errTooDeep):
-		r.stopOverLimit(ws.id, fmt.Sprintf("the sandbox's files cannot be measured against its ephemeral-storage limit of %s: it made %v; it was stopped", formatBytes(ws.limit), errTooDeep))
-		delete(r.disk.watched, ws.id)
+		r.stopOverLimit(ws, fmt.Sprintf("the sandbox's files cannot be measured against its ephemeral-storage limit of %s: it made %v; it was stopped", formatBytes(ws.limit), errTooDeep))
 		return
 	case err != nil:
 		r.log.Warn("measure a sandbox's disk use", "sandbox", ws.id, "err", err)
@@ -346,53 +407,73 @@ func (r *Runtime) measure(ws *watchedSandbox) {
 			msg += fmt.Sprintf(", %s of them deleted but still open", formatBytes(u.Hidden))
 		}
 		msg += fmt.Sprintf("), over its ephemeral-storage limit of %s; it was stopped", formatBytes(ws.limit))
-		r.stopOverLimit(ws.id, msg)
-		delete(r.disk.watched, ws.id)
+		r.stopOverLimit(ws, msg)
 		return
 	}
 	ws.due = now.Add(checkInterval(ws.limit, u.Bytes, ws.rate, ws.cost))
 }
 
-// stopOverLimit fails a sandbox for its disk and stops its container,
-// which is kept with its files, as after any failure, until the sandbox
-// is deleted. The sandbox is Failed before its container is killed, so
-// that the engine's "die" event finds it so and leaves the reason alone.
-func (r *Runtime) stopOverLimit(id sandbox.ID, msg string) {
+// stopOverLimit stops a sandbox over its limit and fails it for its
+// disk. Its container is kept, with its files, as after any failure,
+// until the sandbox is deleted. The sandbox is marked Failed first, so
+// that the engine's "die" event finds it so and leaves the reason alone;
+// then the container's init is killed directly, since every moment it
+// runs it may write. Recording the failure and telling the engine take
+// longer (a write to the store waits for the disk, which a sandbox
+// writing at full speed keeps busy), and happen in the background, so
+// that the watcher goes on measuring the others.
+func (r *Runtime) stopOverLimit(ws *watchedSandbox, msg string) {
+	const reason = "DISK_LIMIT_EXCEEDED"
+	id := ws.id
+	defer r.disk.forget(id)
 	r.mu.Lock()
 	e, ok := r.byID[id]
+	if ok && e.provisioning() {
+		// Still starting: provisioning ends quietly when cancelled, and
+		// would otherwise report it Running, or failed for another reason.
+		cancel, done := e.cancel, e.done
+		r.mu.Unlock()
+		cancel()
+		<-done
+		r.mu.Lock()
+		e, ok = r.byID[id]
+	}
 	if !ok || e.deleting || e.sb.Status.State == sandbox.StateFailed {
 		r.mu.Unlock()
 		return
 	}
-	var cancel context.CancelFunc
-	var done chan struct{}
-	if e.provisioning() {
-		cancel, done = e.cancel, e.done
-	}
+	r.transitionLocked(e, sandbox.StateFailed, reason, msg)
 	r.mu.Unlock()
-	if cancel != nil {
-		// Still starting: provisioning ends quietly when cancelled, and
-		// would otherwise report it Running, or failed for another reason.
-		cancel()
-		<-done
+	if ws.pidfd >= 0 {
+		// Killing the init of its PID namespace kills every process in
+		// it.
+		if err := unix.PidfdSendSignal(ws.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			r.log.Warn("kill the init of a sandbox over its storage limit", "sandbox", id, "err", err)
+		}
 	}
-	r.log.Warn("sandbox over its storage limit: stopping it", "sandbox", id, "reason", "DISK_LIMIT_EXCEEDED", "detail", msg)
-	r.fail(e, "DISK_LIMIT_EXCEEDED", msg)
-	r.stopContainer(id, msg)
+	r.log.Warn("sandbox over its storage limit: stopped", "sandbox", id, "reason", reason, "detail", msg)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.fail(e, reason, msg)
+		r.stopContainer(id)
+	}()
 }
 
-// stopContainer kills a failed sandbox's container; on failure it is
-// tried again at each sync until it works or the sandbox has gone.
-func (r *Runtime) stopContainer(id sandbox.ID, msg string) {
-	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
-	defer cancel()
-	err := r.eng.kill(ctx, containerName(id))
-	switch {
-	case err == nil || errors.Is(err, errNoSuchObject):
-		delete(r.disk.killing, id)
-	default:
+// stopContainer has the engine kill a failed sandbox's container, trying
+// again every second until it is stopped or gone, or the runtime closes.
+func (r *Runtime) stopContainer(id sandbox.ID) {
+	for {
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		err := r.eng.kill(ctx, containerName(id))
+		cancel()
+		if err == nil || errors.Is(err, errNoSuchObject) {
+			return
+		}
 		r.log.Error("stop the container of a sandbox over its storage limit; trying again", "sandbox", id, "err", err)
-		r.disk.killing[id] = msg
+		if !r.rest(time.Second) {
+			return
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -38,10 +39,11 @@ func createLimited(t *testing.T, rt *Runtime, limit int64, script string, vols .
 // container.
 func diskOf(t *testing.T, rt *Runtime, id sandbox.ID) diskUsage {
 	t.Helper()
-	f, err := rt.eng.files(context.Background(), containerName(id))
+	info, err := rt.eng.inspect(context.Background(), containerName(id))
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := info.Files
 	var c usageCounter
 	if err := c.addTree(f.UpperDir); err != nil {
 		t.Fatal(err)
@@ -149,9 +151,9 @@ func TestStorageLimit(t *testing.T) {
 			Claim: &sandbox.Claim{Name: "osb-test-" + testScope(), CreateIfNotExists: true, DeleteOnTermination: true}}
 		id := createLimited(t, rt, limit, "dd if=/dev/zero of=/data/fill bs=1M count=2048; sleep 1000000", vol)
 		wantStopped(t, rt, id, limit, maxOvershoot)
-		f, _ := rt.eng.files(ctx, containerName(id))
+		info, _ := rt.eng.inspect(ctx, containerName(id))
 		var layer usageCounter
-		layer.addTree(f.UpperDir)
+		layer.addTree(info.Files.UpperDir)
 		if layer.total.Bytes > limit/2 {
 			t.Errorf("the writable layer holds %s: the writes did not go to the volume", formatBytes(layer.total.Bytes))
 		}
@@ -207,4 +209,52 @@ func TestStorageLimitDefault(t *testing.T) {
 	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 10*time.Second)
 	mustRun(t, rt, id, "(dd if=/dev/zero of=/tmp/fill bs=1M count=1024 >/dev/null 2>&1 &)")
 	wantStopped(t, rt, id, 32<<20, maxOvershoot)
+}
+
+// BenchmarkDiskWatch measures what watching costs: n idle sandboxes with
+// a limit, watched for the benchmark's seconds. It reports measurements
+// per second and the share of one CPU the watcher spent measuring.
+// Run it with -benchtime=5x (each iteration is one second).
+func BenchmarkDiskWatch(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		for _, limit := range []int64{64 << 20, 10 << 30} {
+			b.Run(fmt.Sprintf("sandboxes=%d/limit=%s", n, strings.ReplaceAll(formatBytes(limit), " ", "")), func(b *testing.B) {
+				rt := newTestRuntime(b, nil)
+				if rt.disk == nil || rt.cfg.storage.mode() != storageWatch {
+					testenv.Missing(b, "storage limits are not measured by the server on this engine")
+				}
+				ids := make([]sandbox.ID, n)
+				for i := range ids {
+					ids[i] = sandbox.NewID()
+					if _, err := rt.Create(context.Background(), ids[i], sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "1000000"},
+						Resources: sandbox.Resources{StorageBytes: limit}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for _, id := range ids {
+					for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+						sb, err := rt.Get(context.Background(), id)
+						if err == nil && sb.Status.State == sandbox.StateRunning {
+							break
+						}
+						if err != nil || sb.Status.State == sandbox.StateFailed || time.Now().After(deadline) {
+							b.Fatalf("sandbox %s: %+v, %v", id, sb, err)
+						}
+					}
+				}
+				time.Sleep(2 * time.Second) // every sandbox measured once, costs known
+				m0, busy0, t0 := rt.disk.measurements.Load(), rt.disk.busy.Load(), time.Now()
+				for b.Loop() {
+					time.Sleep(time.Second)
+				}
+				secs := time.Since(t0).Seconds()
+				m, busy := rt.disk.measurements.Load()-m0, time.Duration(rt.disk.busy.Load()-busy0)
+				b.ReportMetric(float64(m)/secs, "measurements/s")
+				b.ReportMetric(100*busy.Seconds()/secs, "cpu-%")
+				if m > 0 {
+					b.ReportMetric(float64(busy.Microseconds())/float64(m), "µs/measurement")
+				}
+			})
+		}
+	}
 }

@@ -88,6 +88,8 @@ type containerInfo struct {
 	Ports map[int]string
 	// Env is the container's environment (from inspect only).
 	Env []string
+	// Files says where its writes land (from inspect only).
+	Files containerFiles
 }
 
 // list returns the containers carrying label (key=value), running or not,
@@ -123,7 +125,7 @@ func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) 
 	if err != nil {
 		return containerInfo{}, classify(err)
 	}
-	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env}
+	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env, Files: filesOf(&c)}
 	if c.State != nil {
 		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
 	}
@@ -345,7 +347,6 @@ func (e *engine) storage(ctx context.Context) (engineStorage, error) {
 // containerFiles are the places on the host where a running container
 // keeps what it writes.
 type containerFiles struct {
-	Labels map[string]string
 	// Running is false for a container that is not running.
 	Running bool
 	// Pid is the host PID of its init process.
@@ -364,13 +365,11 @@ type volumeMountPoint struct {
 	Name, Driver, Source string
 }
 
-// files inspects a container for where its writes land.
-func (e *engine) files(ctx context.Context, id string) (containerFiles, error) {
-	c, err := e.c.ContainerInspect(ctx, id)
-	if err != nil {
-		return containerFiles{}, classify(err)
+func filesOf(c *container.InspectResponse) containerFiles {
+	var f containerFiles
+	if c.GraphDriver.Data != nil {
+		f.UpperDir = c.GraphDriver.Data["UpperDir"]
 	}
-	f := containerFiles{Labels: c.Config.Labels, UpperDir: c.GraphDriver.Data["UpperDir"]}
 	if c.State != nil {
 		f.Running, f.Pid = c.State.Running && !c.State.Paused, c.State.Pid
 	}
@@ -384,7 +383,7 @@ func (e *engine) files(ctx context.Context, id string) (containerFiles, error) {
 			f.Volumes = append(f.Volumes, volumeMountPoint{Name: m.Name, Driver: m.Driver, Source: m.Source})
 		}
 	}
-	return f, nil
+	return f
 }
 
 // ensureIsolatedNetwork makes a bridge network on which containers cannot

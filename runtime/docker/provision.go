@@ -124,7 +124,7 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", "")
 	r.mu.Unlock()
 	e.markPortsKnown()
-	r.disk.poke() // its storage limit holds from its first write
+	r.disk.started(id, info) // its storage limit holds from its first write
 	execd, ok := info.Ports[sandbox.PortExecd]
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}

@@ -168,12 +168,12 @@ func TestCheckInterval(t *testing.T) {
 		cost        time.Duration
 		min, max    time.Duration
 	}{
-		{"small limit, empty", 64 * mi, 0, 0, 0, 55 * time.Millisecond, 70 * time.Millisecond},
+		{"small limit, empty", 64 * mi, 0, 0, 0, 14 * time.Millisecond, 17 * time.Millisecond},
 		{"at the limit", 64 * mi, 64 * mi, 0, 0, minCheckInterval, minCheckInterval},
 		{"over the limit", 64 * mi, 65 * mi, 0, 0, minCheckInterval, minCheckInterval},
 		{"large limit, idle", 100 << 30, 0, 0, 0, maxCheckInterval, maxCheckInterval},
-		{"large limit, half full", 10 << 30, 5 << 30, 0, 0, 4 * time.Second, 6 * time.Second},
-		{"growing faster than assumed", 10 << 30, 5 << 30, 2 << 30, 0, 1200 * time.Millisecond, 1300 * time.Millisecond},
+		{"large limit, half full", 10 << 30, 5 << 30, 0, 0, 1200 * time.Millisecond, 1300 * time.Millisecond},
+		{"growing faster than assumed", 10 << 30, 5 << 30, 4 << 30, 0, 600 * time.Millisecond, 650 * time.Millisecond},
 		{"costly to measure", 64 * mi, 0, 0, 50 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond},
 		{"costly beyond the longest interval", 100 << 30, 0, 0, 2 * time.Second, 20 * time.Second, 20 * time.Second},
 	} {
