@@ -192,6 +192,41 @@ func TestStorageLimit(t *testing.T) {
 	})
 }
 
+// TestStorageOvershoot measures how far past a 64 MiB limit a sandbox
+// writing as fast as it can gets before it is stopped, for several
+// writers and memory limits (a sandbox's page cache takes writes at
+// memory speed until its memory limit forces writeback), and holds each
+// to maxOvershoot. docs/configuration.md quotes its figures.
+func TestStorageOvershoot(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	needWatchMode(t, rt)
+	const limit = 64 << 20
+	ctx := context.Background()
+	var worst int64
+	for _, w := range []struct{ name, script string }{
+		{"dd 1M", "dd if=/dev/zero of=/tmp/fill bs=1M count=4096"},
+		{"4 dd at once", "for i in 1 2 3 4; do dd if=/dev/zero of=/tmp/fill$i bs=1M count=2048 & done; wait"},
+		{"dd 16M", "dd if=/dev/zero of=/tmp/fill bs=16M count=256"},
+		{"posix_fallocate", "fallocate -l 4G /tmp/reserved"},
+	} {
+		for _, mem := range []int64{256 << 20, 2 << 30} {
+			id := sandbox.NewID()
+			// The pause lets the first measurement happen before the
+			// writing starts, as for a sandbox that starts writing later.
+			if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sh", "-c", "sleep 0.5; " + w.script + "; sleep 1000000"},
+				Resources: sandbox.Resources{StorageBytes: limit, MemoryBytes: mem}}); err != nil {
+				t.Fatal(err)
+			}
+			u := wantStopped(t, rt, id, limit, maxOvershoot)
+			over := u.Bytes - limit
+			worst = max(worst, over)
+			t.Logf("%s, %s of memory: stopped holding %s, %s past its limit", w.name, formatBytes(mem), formatBytes(u.Bytes), formatBytes(max(over, 0)))
+			rt.Delete(ctx, id)
+		}
+	}
+	t.Logf("worst: %s past the limit", formatBytes(worst))
+}
+
 // TestStorageLimitDefault: the configured default applies to a sandbox
 // that asks for none, and holds across a restart of the server.
 func TestStorageLimitDefault(t *testing.T) {

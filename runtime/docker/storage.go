@@ -144,8 +144,9 @@ func rootVisible(st engineStorage) bool {
 // eopnotsupp is what fallocate answers in a watched sandbox.
 const eopnotsupp = 95
 
-// watchedSeccompProfile is the engine's default seccomp profile (moby's),
-// except that fallocate fails with EOPNOTSUPP. fallocate reserves any
+// watchedSeccompProfile is moby's current default seccomp profile (which
+// also refuses io_uring, which could allocate too, where older engines'
+// defaults allowed it), except that fallocate fails with EOPNOTSUPP. fallocate reserves any
 // number of blocks in one call, faster than any measurement: a watched
 // sandbox could fill the host's disk between two of them. Refused that
 // way, the C library's posix_fallocate falls back to writing the blocks,
