@@ -184,6 +184,11 @@ func (w *diskWatch) takeHanded() map[sandbox.ID]containerInfo {
 func (r *Runtime) watchDisks() {
 	defer r.wg.Done()
 	w := r.disk
+	defer func() {
+		for id := range w.watched {
+			w.forget(id)
+		}
+	}()
 	var nextSync time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
