@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,10 +154,10 @@ func (w *diskWatch) forget(id sandbox.ID) {
 }
 
 // started hands the watcher a sandbox whose container has just started,
-// inspected (info), so that it is measured at once, before it can have
-// written much.
+// inspected (info): one with a limit is measured at once, before it can
+// have written much, and the engine is asked nothing more of either.
 func (w *diskWatch) started(id sandbox.ID, info containerInfo) {
-	if w == nil || info.Labels[labelStorage] == "" {
+	if w == nil {
 		return
 	}
 	w.mu.Lock()
@@ -198,6 +199,7 @@ func (r *Runtime) watchDisks() {
 			nextSync = now.Add(syncInterval)
 		}
 		due := w.dueBy(time.Now())
+	measuring:
 		for _, ws := range due {
 			if r.ctx.Err() != nil {
 				return
@@ -207,6 +209,17 @@ func (r *Runtime) watchDisks() {
 			if !r.rest(time.Since(start) * (watchDuty - 1)) {
 				return
 			}
+			select {
+			case <-w.wake:
+				// A sandbox started: it goes before the rest of this
+				// round.
+				nextSync = time.Time{}
+				break measuring
+			default:
+			}
+		}
+		if nextSync.IsZero() {
+			continue
 		}
 		next := nextSync
 		for _, ws := range w.watched {
@@ -449,9 +462,16 @@ func (r *Runtime) stopOverLimit(ws *watchedSandbox, msg string) {
 	}
 	r.transitionLocked(e, sandbox.StateFailed, reason, msg)
 	r.mu.Unlock()
+	if ws.procs != "" {
+		// Each process, directly: one writing stops within a page of
+		// the signal, where the death of the namespace's init would
+		// reach it only once init has run, which on busy CPUs is
+		// milliseconds of writing later.
+		killCgroup(ws.procs)
+	}
 	if ws.pidfd >= 0 {
 		// Killing the init of its PID namespace kills every process in
-		// it.
+		// it, those that started meanwhile too.
 		if err := unix.PidfdSendSignal(ws.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			r.log.Warn("kill the init of a sandbox over its storage limit", "sandbox", id, "err", err)
 		}
@@ -463,6 +483,31 @@ func (r *Runtime) stopOverLimit(ws *watchedSandbox, msg string) {
 		r.fail(e, reason, msg)
 		r.stopContainer(id)
 	}()
+}
+
+// killCgroup sends SIGKILL to every process of the cgroup whose
+// cgroup.procs is procs. Each is signalled through a pidfd opened before
+// its cgroup is checked, so a PID that changed hands since the list was
+// read is never signalled.
+func killCgroup(procs string) {
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone
+		}
+		if mine, err := cgroupProcsFile(pid); err == nil && mine == procs {
+			unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
 }
 
 // stopContainer has the engine kill a failed sandbox's container, trying
