@@ -131,6 +131,9 @@ func formatResources(r sandbox.Resources) map[string]string {
 	if r.GPUs != "" {
 		out["gpu"] = r.GPUs
 	}
+	if r.StorageBytes > 0 {
+		out["ephemeral-storage"] = formatBytes(r.StorageBytes)
+	}
 	if len(out) == 0 {
 		return nil
 	}

@@ -348,8 +348,10 @@ var (
 )
 
 // parseResources reads resourceLimits: cpu ("500m", "2", "0.5"), memory
-// ("512Mi", "2Gi", "1G", "1000000" bytes) and gpu ("1", "all"). Any other
-// key is an error naming it.
+// ("512Mi", "2Gi", "1G", "1000000" bytes), gpu ("1", "all") and
+// ephemeral-storage (the disk the sandbox may fill, written as memory is;
+// Kubernetes' name, which existing clients send). Any other key is an
+// error naming it.
 func parseResources(limits map[string]string) (sandbox.Resources, error) {
 	var res sandbox.Resources
 	for _, k := range slices.Sorted(maps.Keys(limits)) {
@@ -367,6 +369,12 @@ func parseResources(limits map[string]string) (sandbox.Resources, error) {
 				return res, err
 			}
 			res.MemoryBytes = n
+		case "ephemeral-storage":
+			n, err := sandbox.ParseStorage(v)
+			if err != nil {
+				return res, err
+			}
+			res.StorageBytes = n
 		case "gpu":
 			switch {
 			case strings.EqualFold(v, "all"):
@@ -379,7 +387,7 @@ func parseResources(limits map[string]string) (sandbox.Resources, error) {
 				return res, fmt.Errorf("gpu %q: want a count (\"1\") or \"all\"", v)
 			}
 		default:
-			return res, fmt.Errorf("unsupported key %q (supported: cpu, memory, gpu)", k)
+			return res, fmt.Errorf("unsupported key %q (supported: cpu, memory, gpu, ephemeral-storage)", k)
 		}
 	}
 	return res, nil

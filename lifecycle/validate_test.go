@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -122,7 +123,16 @@ func TestParseResources(t *testing.T) {
 		{map[string]string{"gpu": "some"}, sandbox.Resources{}, false},
 		{map[string]string{"gpu": "-1"}, sandbox.Resources{}, false},
 		{map[string]string{"gpu": "1.5"}, sandbox.Resources{}, false},
-		{map[string]string{"ephemeral-storage": "1Gi"}, sandbox.Resources{}, false},
+		{map[string]string{"ephemeral-storage": "1Gi"}, sandbox.Resources{StorageBytes: 1 << 30}, true},
+		{map[string]string{"ephemeral-storage": "64Mi"}, sandbox.Resources{StorageBytes: 64 << 20}, true},
+		{map[string]string{"ephemeral-storage": "5G"}, sandbox.Resources{StorageBytes: 5e9}, true},
+		{map[string]string{"memory": "1Gi", "ephemeral-storage": "2Gi"}, sandbox.Resources{MemoryBytes: 1 << 30, StorageBytes: 2 << 30}, true},
+		{map[string]string{"ephemeral-storage": "0"}, sandbox.Resources{}, false},
+		{map[string]string{"ephemeral-storage": "10GB"}, sandbox.Resources{}, false},
+		{map[string]string{"ephemeral-storage": "-1Gi"}, sandbox.Resources{}, false},
+		{map[string]string{"ephemeral-storage": "512m"}, sandbox.Resources{}, false},
+		{map[string]string{"ephemeral-storage": "8Ei"}, sandbox.Resources{}, false},
+		{map[string]string{"storage": "1Gi"}, sandbox.Resources{}, false},
 		{map[string]string{"CPU": "1"}, sandbox.Resources{}, false},
 	}
 	for _, tt := range tests {
@@ -133,6 +143,22 @@ func TestParseResources(t *testing.T) {
 	}
 	if _, err := parseResources(map[string]string{"disk": "1"}); err == nil || !strings.Contains(err.Error(), `"disk"`) {
 		t.Errorf("unknown key: %v, want it named", err)
+	}
+	if _, err := parseResources(map[string]string{"ephemeral-storage": "lots"}); err == nil || !strings.Contains(err.Error(), "ephemeral-storage") {
+		t.Errorf("bad ephemeral-storage: %v, want the key named", err)
+	}
+}
+
+// TestResourcesRoundTrip: a pool's resourceLimits are answered back as
+// they were given, ephemeral-storage included.
+func TestResourcesRoundTrip(t *testing.T) {
+	in := map[string]string{"cpu": "1500m", "memory": "2Gi", "gpu": "1", "ephemeral-storage": "64Mi"}
+	res, err := parseResources(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := formatResources(res); !maps.Equal(got, in) {
+		t.Errorf("formatResources(parseResources(%v)) = %v", in, got)
 	}
 }
 

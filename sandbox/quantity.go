@@ -44,17 +44,24 @@ func ParseCPU(s string) (int64, error) {
 // ParseMemory parses a memory quantity ("512Mi", "2Gi", "1G", "1000000")
 // into bytes, rounded down. ("512m" would be thousandths of a byte, and
 // is refused.)
-func ParseMemory(s string) (int64, error) {
+func ParseMemory(s string) (int64, error) { return parseBytes("memory", s) }
+
+// ParseStorage parses a disk quantity (Kubernetes' "ephemeral-storage")
+// as ParseMemory parses memory: "10Gi", "512Mi", "1G", bytes.
+func ParseStorage(s string) (int64, error) { return parseBytes("ephemeral-storage", s) }
+
+// parseBytes parses a quantity of bytes; kind names it in errors.
+func parseBytes(kind, s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	m := memoryRE.FindStringSubmatch(s)
 	if m == nil {
-		return 0, fmt.Errorf("memory %q: want bytes with an optional unit (\"512Mi\", \"2Gi\", \"1G\", \"1000000\")", s)
+		return 0, fmt.Errorf("%s %q: want bytes with an optional unit (\"512Mi\", \"2Gi\", \"1G\", \"1000000\")", kind, s)
 	}
 	r, _ := new(big.Rat).SetString(m[1])
 	r.Mul(r, new(big.Rat).SetInt64(memoryUnits[m[2]]))
 	n := new(big.Int).Quo(r.Num(), r.Denom())
 	if n.Sign() <= 0 || !n.IsInt64() {
-		return 0, fmt.Errorf("memory %q: out of range", s)
+		return 0, fmt.Errorf("%s %q: out of range", kind, s)
 	}
 	return n.Int64(), nil
 }

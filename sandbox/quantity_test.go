@@ -1,6 +1,9 @@
 package sandbox
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseQuantities(t *testing.T) {
 	cpus := map[string]int64{"2": 2000, "0.5": 500, "500m": 500, "1.25": 1250, " 3 ": 3000, "0.001": 1}
@@ -24,6 +27,17 @@ func TestParseQuantities(t *testing.T) {
 		if _, err := ParseMemory(bad); err == nil {
 			t.Errorf("ParseMemory(%q) succeeded", bad)
 		}
+		if _, err := ParseStorage(bad); err == nil {
+			t.Errorf("ParseStorage(%q) succeeded", bad)
+		}
+	}
+	for in, want := range map[string]int64{"64Mi": 64 << 20, "10Gi": 10 << 30, "1G": 1e9, " 4096 ": 4096} {
+		if got, err := ParseStorage(in); err != nil || got != want {
+			t.Errorf("ParseStorage(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := ParseStorage("10GB"); err == nil || !strings.Contains(err.Error(), "ephemeral-storage") {
+		t.Errorf("ParseStorage(10GB) = %v, want an error naming ephemeral-storage", err)
 	}
 }
 
@@ -37,6 +51,9 @@ func FuzzParseQuantities(f *testing.F) {
 		}
 		if n, err := ParseMemory(s); err == nil && n <= 0 {
 			t.Fatalf("ParseMemory(%q) = %d", s, n)
+		}
+		if n, err := ParseStorage(s); err == nil && n <= 0 {
+			t.Fatalf("ParseStorage(%q) = %d", s, n)
 		}
 	})
 }

@@ -53,6 +53,11 @@ type Resources struct {
 	GPUs string
 	// Pids bounds the number of processes.
 	Pids int64
+	// StorageBytes bounds the disk a sandbox may fill: its own file
+	// system (the container's writable layer) and the volumes the server
+	// made that it mounts writable. It is resourceLimits'
+	// "ephemeral-storage", as Kubernetes names it.
+	StorageBytes int64
 }
 
 // Volume is storage mounted into a sandbox. Exactly one of HostPath and

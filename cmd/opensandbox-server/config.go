@@ -384,6 +384,10 @@ pull_timeout = "10m"
 # Limits of a sandbox that asks for none; empty: unlimited.
 default_cpu = "1"
 default_memory = "2Gi"
+# Disk a sandbox may fill (resourceLimits "ephemeral-storage") when it asks
+# for no limit, e.g. "10Gi"; empty: unlimited. The server log says at start
+# how limits are enforced on this engine (docs/configuration.md).
+default_storage = ""
 # Most processes in a sandbox; -1: no limit.
 pids_limit = 4096
 # Host firewall rules keep sandboxes from the host itself, from the cloud
@@ -437,6 +441,11 @@ default_memory = "2Gi"
 # What the scheduler reserves for each sandbox (at most its limits).
 cpu_request = "100m"
 memory_request = "128Mi"
+# Disk a sandbox may fill (ephemeral-storage; the kubelet evicts a pod
+# over it) when it asks for no limit, e.g. "10Gi"; empty: unlimited. A
+# sandbox with a limit reserves storage_request of it (at most the limit).
+default_storage = ""
+storage_request = "256Mi"
 # Tells this server's objects from other servers' in the namespace.
 label_scope = "default"
 # The Lease by which replicas elect the one that enforces expiry, removes

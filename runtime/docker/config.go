@@ -70,6 +70,10 @@ type Config struct {
 	// ("1", "500m"; "1Gi", "512Mi"). Empty: no limit.
 	DefaultCPU    string `toml:"default_cpu"`
 	DefaultMemory string `toml:"default_memory"`
+	// DefaultStorage is the storage limit (resourceLimits
+	// "ephemeral-storage") of a sandbox whose request sets none ("10Gi").
+	// Empty: no limit. How limits are enforced: storage.go.
+	DefaultStorage string `toml:"default_storage"`
 	// PidsLimit bounds the processes of a sandbox. Default 4096; -1: none.
 	PidsLimit int64 `toml:"pids_limit"`
 	// CapAdd is the capability set of sandboxes, all others dropped.
@@ -104,6 +108,9 @@ type Config struct {
 	blocked []netip.Prefix
 	allowed []sandbox.Destination
 	dns     []netip.Addr
+	// storage is how storage limits are enforced on the engine, found by
+	// New.
+	storage *storagePolicy
 }
 
 // defaultCaps is the capability set of a sandbox: Docker's default set
@@ -168,6 +175,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("runtime.docker.default_memory: %w", err)
 		}
 	}
+	if c.DefaultStorage != "" {
+		if _, err := sandbox.ParseStorage(c.DefaultStorage); err != nil {
+			return fmt.Errorf("runtime.docker.default_storage: %w", err)
+		}
+	}
 	fi, err := os.Stat(c.ExecdPath)
 	if err != nil {
 		return fmt.Errorf("runtime.docker.execd_path: %w (build it with make build)", err)
@@ -205,6 +217,8 @@ const (
 	labelExpires    = "opensandbox.expires"
 	labelSecure     = "opensandbox.secure-access"
 	labelPlatform   = "opensandbox.platform"
+	// labelStorage is the sandbox's storage limit in bytes, "" for none.
+	labelStorage = "opensandbox.storage-limit"
 	// labelPool marks a container started for a warm pool.
 	labelPool = "opensandbox.pool"
 	// labelVolumeOwner marks a named volume the runtime created for a
@@ -235,6 +249,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		labelExpires:  "",
 		labelSecure:   strconv.FormatBool(spec.SecureAccess),
 		labelPlatform: "",
+		labelStorage:  "",
 	}
 	for key, v := range map[string]any{labelEntrypoint: spec.Entrypoint, labelMetadata: spec.Metadata, labelExtensions: spec.Extensions} {
 		b, _ := json.Marshal(v)
@@ -322,6 +337,12 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		CapAdd:       slices.Clone(cfg.CapAdd),
 		Runtime:      ociRuntime,
 		DNS:          slices.Clone(cfg.DNS),
+	}
+	if limit := storageLimit(cfg, spec.Resources); limit > 0 {
+		labels[labelStorage] = strconv.FormatInt(limit, 10)
+		if err := applyStorage(cfg, hc, limit, ociRuntime); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	return cc, hc, platform, nil
 }

@@ -68,6 +68,9 @@ type Runtime struct {
 	pools map[string]*poolState
 	// poolWake asks the pool loop to look at the pools now.
 	poolWake chan struct{}
+	// disk measures sandboxes with a storage limit (diskwatch.go); nil
+	// when the server cannot see the engine's files.
+	disk *diskWatch
 }
 
 // entry is the index's view of one sandbox. Fields are guarded by
@@ -159,6 +162,10 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	runtimes := host.runtimes
+	if cfg.storage, err = findStoragePolicy(pingCtx, eng, &cfg); err != nil {
+		eng.close()
+		return nil, err
+	}
 	if cfg.Runtime != "" && cfg.Runtime != "runc" && !runtimes[cfg.Runtime] {
 		eng.close()
 		return nil, fmt.Errorf("runtime.docker.runtime: the engine has no runtime %q (register it in /etc/docker/daemon.json)", cfg.Runtime)
@@ -174,6 +181,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 		pools: map[string]*poolState{}, poolWake: make(chan struct{}, 1)}
 	r.size.set(hostSizeOf(host, nvidiaGPUsDir), time.Now())
 	r.events = newEventLog(st, func(err error) { r.log.Warn("record events", "err", err) })
+	r.log.Info("storage limits", "enforcement", cfg.storage.mode(), "how", cfg.storage.why)
 	r.pulls = newPulls(eng, r.log, cfg.PullTimeout, cfg.Observer)
 	defer func() {
 		if retErr != nil {
@@ -203,6 +211,11 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	r.wg.Add(2)
 	go r.watchEvents()
 	go r.poolLoop()
+	if cfg.storage.watchable {
+		r.disk = newDiskWatch()
+		r.wg.Add(1)
+		go r.watchDisks()
+	}
 	return r, nil
 }
 

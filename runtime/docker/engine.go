@@ -89,6 +89,8 @@ type containerInfo struct {
 	Ports map[int]string
 	// Env is the container's environment (from inspect only).
 	Env []string
+	// Files says where its writes land (from inspect only).
+	Files containerFiles
 }
 
 // list returns the containers carrying label (key=value), running or not,
@@ -124,7 +126,7 @@ func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) 
 	if err != nil {
 		return containerInfo{}, classify(err)
 	}
-	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env}
+	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env, Files: filesOf(&c)}
 	if c.State != nil {
 		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
 	}
@@ -338,6 +340,80 @@ func (e *engine) info(ctx context.Context) (hostInfo, error) {
 		out.runtimes[name] = true
 	}
 	return out, nil
+}
+
+// engineStorage is what the engine says of where containers' files go.
+type engineStorage struct {
+	// Driver is the storage driver ("overlay2"); BackingFS the file
+	// system under it ("extfs", "xfs").
+	Driver    string
+	BackingFS string
+	// RootDir is the engine's data root (/var/lib/docker).
+	RootDir string
+	// LogDriver is the default logging driver ("json-file").
+	LogDriver string
+	// RuntimeArgs are the arguments each OCI runtime is started with.
+	RuntimeArgs map[string][]string
+}
+
+// storage reads the engine's storage and logging setup.
+func (e *engine) storage(ctx context.Context) (engineStorage, error) {
+	info, err := e.c.Info(ctx)
+	if err != nil {
+		return engineStorage{}, fmt.Errorf("read the engine's info: %w", err)
+	}
+	s := engineStorage{Driver: info.Driver, RootDir: info.DockerRootDir, LogDriver: info.LoggingDriver, RuntimeArgs: map[string][]string{}}
+	for _, kv := range info.DriverStatus {
+		if kv[0] == "Backing Filesystem" {
+			s.BackingFS = kv[1]
+		}
+	}
+	for name, rt := range info.Runtimes {
+		s.RuntimeArgs[name] = rt.Args
+	}
+	return s, nil
+}
+
+// containerFiles are the places on the host where a running container
+// keeps what it writes.
+type containerFiles struct {
+	// Running is false for a container that is not running.
+	Running bool
+	// Pid is the host PID of its init process.
+	Pid int
+	// UpperDir is its writable layer (overlay storage drivers only).
+	UpperDir string
+	// EtcFiles are the engine's files mounted writable at /etc/hosts,
+	// /etc/resolv.conf and /etc/hostname.
+	EtcFiles []string
+	// Volumes are the named volumes it mounts writable.
+	Volumes []volumeMountPoint
+}
+
+// volumeMountPoint is a named volume and where its data is on the host.
+type volumeMountPoint struct {
+	Name, Driver, Source string
+}
+
+func filesOf(c *container.InspectResponse) containerFiles {
+	var f containerFiles
+	if c.GraphDriver.Data != nil {
+		f.UpperDir = c.GraphDriver.Data["UpperDir"]
+	}
+	if c.State != nil {
+		f.Running, f.Pid = c.State.Running && !c.State.Paused, c.State.Pid
+	}
+	for _, p := range []string{c.HostsPath, c.ResolvConfPath, c.HostnamePath} {
+		if p != "" {
+			f.EtcFiles = append(f.EtcFiles, p)
+		}
+	}
+	for _, m := range c.Mounts {
+		if m.Type == "volume" && m.RW && m.Source != "" {
+			f.Volumes = append(f.Volumes, volumeMountPoint{Name: m.Name, Driver: m.Driver, Source: m.Source})
+		}
+	}
+	return f
 }
 
 // ensureIsolatedNetwork makes a bridge network on which containers cannot

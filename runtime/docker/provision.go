@@ -123,6 +123,7 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", "")
 	r.mu.Unlock()
 	e.markPortsKnown()
+	r.disk.started(id, info) // its storage limit holds from its first write
 	execd, ok := info.Ports[sandbox.PortExecd]
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}
@@ -211,6 +212,16 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		return containerInfo{}, ctx.Err()
 	}
 	cid, err := r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) && r.cfg.storage.engineQuota.CompareAndSwap(true, false) {
+		// xfs without project quotas: the server measures instead.
+		r.log.Warn("the engine cannot bound writable layers after all; storage limits are now measured by the server", "mode", r.cfg.storage.mode(), "err", err)
+	}
+	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
+		if cc, hc, platform, err = containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, token, pool); err != nil {
+			return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
+		}
+		cid, err = r.eng.create(context.WithoutCancel(ctx), containerName(id), cc, hc, platform)
+	}
 	if errors.Is(err, errNoSuchObject) && strings.Contains(err.Error(), "image") {
 		// The image was known here and has gone since: look again (pull it
 		// per the policy), then make the container.

@@ -67,6 +67,14 @@ type Config struct {
 	// sandboxes mostly idle, and a node holds many.
 	CPURequest    string `toml:"cpu_request"`
 	MemoryRequest string `toml:"memory_request"`
+	// DefaultStorage is the ephemeral-storage limit of a sandbox whose
+	// request sets none ("10Gi"): past it the kubelet evicts the pod.
+	// Empty: no limit.
+	DefaultStorage string `toml:"default_storage"`
+	// StorageRequest is the ephemeral-storage the scheduler reserves for
+	// a sandbox with a storage limit, at most that limit. Default
+	// "256Mi". A sandbox without a limit reserves none.
+	StorageRequest string `toml:"storage_request"`
 	// LabelScope tells this server's objects from those of other servers
 	// in the same namespace. Default "default".
 	LabelScope string `toml:"label_scope"`
@@ -139,6 +147,7 @@ func (c *Config) setDefaults() {
 	c.ImagePullPolicy = cmp.Or(c.ImagePullPolicy, string(corev1.PullIfNotPresent))
 	c.CPURequest = cmp.Or(c.CPURequest, "100m")
 	c.MemoryRequest = cmp.Or(c.MemoryRequest, "128Mi")
+	c.StorageRequest = cmp.Or(c.StorageRequest, "256Mi")
 	c.LabelScope = cmp.Or(c.LabelScope, "default")
 	c.LeaseName = cmp.Or(c.LeaseName, "opensandbox-"+c.LabelScope)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 8*time.Second)
@@ -168,12 +177,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("runtime.kubernetes.image_pull_policy: %q is not IfNotPresent, Always or Never", c.ImagePullPolicy)
 	}
 	for key, v := range map[string]string{"default_cpu": c.DefaultCPU, "default_memory": c.DefaultMemory,
-		"cpu_request": c.CPURequest, "memory_request": c.MemoryRequest} {
+		"cpu_request": c.CPURequest, "memory_request": c.MemoryRequest,
+		"default_storage": c.DefaultStorage, "storage_request": c.StorageRequest} {
 		if v == "" {
 			continue
 		}
-		if _, err := resource.ParseQuantity(v); err != nil {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
 			return fmt.Errorf("runtime.kubernetes.%s: %q is not a quantity", key, v)
+		}
+		if strings.Contains(key, "storage") && q.Sign() <= 0 {
+			return fmt.Errorf("runtime.kubernetes.%s: %q is not a positive size", key, v)
 		}
 	}
 	if errs := validation.IsDNS1123Label(c.LabelScope); len(errs) > 0 {

@@ -368,6 +368,18 @@ func resources(cfg *Config, r sandbox.Resources) (corev1.ResourceRequirements, e
 	}
 	limit(corev1.ResourceCPU, r.CPUMillis, cfg.DefaultCPU, resource.Milli, cfg.CPURequest)
 	limit(corev1.ResourceMemory, r.MemoryBytes, cfg.DefaultMemory, 0, cfg.MemoryRequest)
+	if r.StorageBytes > 0 || cfg.DefaultStorage != "" {
+		// Only a sandbox with a storage limit reserves storage: without
+		// a request of its own, Kubernetes would reserve the whole limit.
+		limit(corev1.ResourceEphemeralStorage, r.StorageBytes, cfg.DefaultStorage, 0, cfg.StorageRequest)
+		// Written in binary units ("64Mi"), as people write sizes and
+		// as the kubelet's eviction message then quotes it.
+		for _, l := range []corev1.ResourceList{req.Limits, req.Requests} {
+			if q, ok := l[corev1.ResourceEphemeralStorage]; ok {
+				l[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(q.Value(), resource.BinarySI)
+			}
+		}
+	}
 	switch r.GPUs {
 	case "":
 	case "all":
@@ -468,6 +480,23 @@ type failure struct {
 	Since   time.Time `json:"since"`
 }
 
+// overStorageLimit reports whether the kubelet's message for an eviction
+// says that the pod went over its own storage limit: its
+// ephemeral-storage (the pod's total, or its container's) or an
+// emptyDir's size limit, rather than that the node ran short.
+func overStorageLimit(msg string) bool {
+	for _, s := range []string{
+		"ephemeral local storage usage exceeds the total limit", // the pod's
+		"exceeded its local ephemeral storage limit",            // a container's
+		"Usage of EmptyDir volume",                              // an emptyDir's size limit
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // timeouts bound how long statusOf lets a sandbox wait.
 type timeouts struct {
 	// start bounds Pending, from the creation until execd first answers.
@@ -511,6 +540,9 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) san
 		reason := "POD_FAILED"
 		if pod.Status.Reason == "Evicted" {
 			reason = "EVICTED"
+			if overStorageLimit(pod.Status.Message) {
+				reason = "DISK_LIMIT_EXCEEDED"
+			}
 		}
 		msg := pod.Status.Message
 		if t := terminatedText(pod); t != "" {

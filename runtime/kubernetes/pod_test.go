@@ -130,6 +130,37 @@ spec:
 		}
 	}
 
+	// ephemeral-storage: the sandbox's limit, or the default, with a
+	// request of at most the limit; none at all without a limit.
+	for _, c := range []struct {
+		def, req        string
+		own             int64
+		limit, reserved int64
+	}{
+		{"", "", 0, 0, 0},
+		{"", "", 64 << 20, 64 << 20, 64 << 20},
+		{"", "", 10 << 30, 10 << 30, 256 << 20},
+		{"2Gi", "", 0, 2 << 30, 256 << 20},
+		{"2Gi", "1Gi", 4 << 30, 4 << 30, 1 << 30},
+	} {
+		sc := cfg
+		sc.DefaultStorage, sc.StorageRequest = c.def, c.req
+		sc.setDefaults()
+		p, err := podFor(&sc, "ns", "id-s", &sandbox.Spec{Image: "x", Resources: sandbox.Resources{StorageBytes: c.own}}, exp, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := p.Spec.Containers[0].Resources
+		lim, limOK := r.Limits[corev1.ResourceEphemeralStorage]
+		req, reqOK := r.Requests[corev1.ResourceEphemeralStorage]
+		if limOK != (c.limit > 0) || reqOK != (c.reserved > 0) || lim.Value() != c.limit || req.Value() != c.reserved {
+			t.Errorf("default %q request %q own %d: limit %v request %v, want %d and %d", c.def, c.req, c.own, lim.String(), req.String(), c.limit, c.reserved)
+		}
+		if c.limit == 64<<20 && (lim.String() != "64Mi" || req.String() != "64Mi") {
+			t.Errorf("limit written %q, request %q: want 64Mi, as the kubelet then quotes it", lim.String(), req.String())
+		}
+	}
+
 	// Refusals.
 	for name, s := range map[string]sandbox.Spec{
 		"gpu all":           {Image: "x", Resources: sandbox.Resources{GPUs: "all"}},
@@ -153,6 +184,9 @@ func TestConfigValidate(t *testing.T) {
 		"runtime class": {RuntimeClassName: "gvisor", AllowedRuntimeClasses: []string{"runc"}},
 		"lease":         {LeaseDuration: time.Second, RenewDeadline: 2 * time.Second},
 		"template":      {PodTemplateFile: "/nonexistent/pod.yaml"},
+		"storage":       {DefaultStorage: "10GB"},
+		"storage req":   {StorageRequest: "lots"},
+		"storage neg":   {DefaultStorage: "-1Gi"},
 	} {
 		if err := c.Check(); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -258,6 +292,23 @@ func TestStatusOf(t *testing.T) {
 				Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}
 		}, false, created, sandbox.StateFailed, "OOM_KILLED"},
 		{"exited", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, false, created, sandbox.StateTerminated, "SANDBOX_EXITED"},
+		// The kubelet's messages, as the test cluster's kubelet writes them.
+		{"over its storage limit", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			p.Status.Message = "Pod ephemeral local storage usage exceeds the total limit of containers 64Mi. "
+		}, false, created, sandbox.StateFailed, "DISK_LIMIT_EXCEEDED"},
+		{"container over its storage limit", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			p.Status.Message = `Container sandbox exceeded its local ephemeral storage limit "64Mi". `
+		}, false, created, sandbox.StateFailed, "DISK_LIMIT_EXCEEDED"},
+		{"emptyDir over its size", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			p.Status.Message = `Usage of EmptyDir volume "data" exceeds the limit "1Gi". `
+		}, false, created, sandbox.StateFailed, "DISK_LIMIT_EXCEEDED"},
+		{"node short of disk", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			p.Status.Message = "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 9Gi. "
+		}, false, created, sandbox.StateFailed, "EVICTED"},
 		{"start timeout", func(p *corev1.Pod) {}, false, created.Add(time.Hour), sandbox.StateFailed, "START_TIMEOUT"},
 	}
 	for _, c := range cases {
