@@ -82,6 +82,12 @@ type Config struct {
 	// once, default contexts included. Default 32.
 	MaxCodeContexts int
 
+	// ChildOOMScoreAdj is the oom_score_adj (1 to 1000) of every process
+	// execd starts, set before the process runs its first instruction, so
+	// that the kernel's OOM killer takes them, and what they start, before
+	// execd. Default 1000; -1 leaves them execd's own score.
+	ChildOOMScoreAdj int
+
 	// PingInterval is the keep-alive period of event streams. Default 3 s.
 	PingInterval time.Duration
 
@@ -97,6 +103,7 @@ func (c *Config) setDefaults() {
 	c.PTYExitedTTL = cmp.Or(c.PTYExitedTTL, 5*time.Minute)
 	c.MaxCodeContexts = cmp.Or(c.MaxCodeContexts, 32)
 	c.PingInterval = cmp.Or(c.PingInterval, 3*time.Second)
+	c.ChildOOMScoreAdj = cmp.Or(c.ChildOOMScoreAdj, 1000)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -143,6 +150,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccessToken == "" && !cfg.Insecure {
 		return nil, ErrNoToken
 	}
+	if a := cfg.ChildOOMScoreAdj; a != -1 && (a < 1 || a > 1000) {
+		return nil, fmt.Errorf("child OOM score adjustment %d: want 1 to 1000, or -1 to leave it alone", a)
+	}
 	env, err := newEnvironment(cfg.EnvFile)
 	if err != nil {
 		return nil, err
@@ -160,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 		priv: priv,
 		stop: make(chan struct{}),
 	}
+	s.setUpOOMScores()
 	digest := sha256.Sum256([]byte(cfg.AccessToken))
 	s.tokenDigest.Store(&digest)
 	s.commands = newCommandTable(cfg.RecordTTL, cfg.MaxRecords)

@@ -116,6 +116,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&m.Config.MaxRecords, "max-records", 1024, "most finished commands kept")
 	fs.BoolVar(&m.Config.Claimable, "claimable", false, "accept one POST /claim (set by the server for warm pool sandboxes)")
 	fs.IntVar(&m.Config.MaxCodeContexts, "max-code-contexts", 32, "most code contexts (interpreters) alive at once")
+	fs.IntVar(&m.Config.ChildOOMScoreAdj, "child-oom-score-adj", 1000, "oom_score_adj (1-1000) of every process execd starts, so that the OOM killer takes them before execd; -1: leave them execd's own")
 	fs.Int64Var(&m.Config.MaxLogBytes, "max-log-bytes", 64<<20, "log kept per background command; the oldest output gives way beyond it")
 	fs.Int64Var(&m.Config.MaxUploadBytes, "max-upload-bytes", 0, "largest upload request in bytes (0: no limit)")
 	fs.DurationVar(&m.Grace, "shutdown-grace", m.Grace, "time processes get between SIGTERM and SIGKILL at shutdown")
