@@ -308,7 +308,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 		c.finish(state.Code, stateError(state))
 		st.readers.Wait()
 		st.send(exitEvent(state, time.Since(c.startedAt)))
-		close(st.events)
+		st.close()
 	}()
 
 	if err := ew.Send(api.Event{Type: api.EventInit, Text: c.id}, pong()); err != nil {
@@ -319,33 +319,23 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 }
 
 // pump copies a stream's events to the client, with keep-alive pings,
-// until the stream ends or the client goes.
+// until the stream ends or the client goes. Each round takes everything
+// queued and writes it at once; while the client reads slowly the queue
+// fills up to its budget and then holds the producers back.
 func (s *Server) pump(r *http.Request, ew *httpx.EventWriter, st *outputStream) {
 	tick := time.NewTicker(s.cfg.PingInterval)
 	defer tick.Stop()
 	var batch []api.Event
 	for {
 		select {
-		case evs, ok := <-st.events:
-			if !ok {
+		case <-st.ready:
+			var ended bool
+			batch, ended = st.take(batch)
+			if len(batch) > 0 && ew.Send(batch...) != nil {
 				return
 			}
-			batch = append(batch[:0], evs...)
-			// Take what else is ready, to write and flush once.
-		more:
-			for len(batch) < 4096 {
-				select {
-				case evs, ok := <-st.events:
-					if !ok {
-						ew.Send(batch...)
-						return
-					}
-					batch = append(batch, evs...)
-				default:
-					break more
-				}
-			}
-			if ew.Send(batch...) != nil {
+			clear(batch)
+			if ended {
 				return
 			}
 		case <-tick.C:

@@ -39,6 +39,10 @@ func NewEventWriter(w http.ResponseWriter) *EventWriter {
 	return &EventWriter{w: w, rc: http.NewResponseController(w)}
 }
 
+// writeChunk is how much encoded output Send gathers before it writes,
+// so that encoding a large batch never holds more than about this much.
+const writeChunk = 64 << 10
+
 // Send writes events, stamping those without a timestamp with the current
 // time, and flushes. An error means the client has gone.
 func (ew *EventWriter) Send(events ...api.Event) error {
@@ -46,6 +50,10 @@ func (ew *EventWriter) Send(events ...api.Event) error {
 		StartStream(ew.w)
 		ew.buf = make([]byte, 0, 4096)
 	}
+	// A deadline per write, cleared after it: a later request on the same
+	// connection must not inherit it. Writers without deadlines (tests'
+	// recorders) just go without.
+	defer ew.rc.SetWriteDeadline(time.Time{})
 	var now int64
 	b := ew.buf[:0]
 	for i := range events {
@@ -57,17 +65,27 @@ func (ew *EventWriter) Send(events ...api.Event) error {
 			e.Timestamp = now
 		}
 		b = e.AppendFrame(b)
+		if len(b) >= writeChunk && i < len(events)-1 {
+			if err := ew.write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
 	}
+	err := ew.write(b)
 	if cap(b) <= 1<<20 {
-		ew.buf = b
+		ew.buf = b[:0]
+	} else {
+		ew.buf = make([]byte, 0, 4096) // one huge event's buffer is not kept
 	}
-	// A deadline per write, cleared after it: a later request on the same
-	// connection must not inherit it. Writers without deadlines (tests'
-	// recorders) just go without.
-	ew.rc.SetWriteDeadline(time.Now().Add(StallTimeout))
-	defer ew.rc.SetWriteDeadline(time.Time{})
-	if _, err := ew.w.Write(b); err != nil {
+	if err != nil {
 		return err
 	}
 	return ew.rc.Flush()
+}
+
+func (ew *EventWriter) write(b []byte) error {
+	ew.rc.SetWriteDeadline(time.Now().Add(StallTimeout))
+	_, err := ew.w.Write(b)
+	return err
 }
