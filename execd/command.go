@@ -1,7 +1,6 @@
 package execd
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -356,7 +355,7 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 	c := newCommand(p, true)
 	var outR *os.File
 	if p.err == nil {
-		spool, err := process.NewSpool(s.priv, s.cfg.MaxLogBytes)
+		spool, err := s.spools.New()
 		if err != nil {
 			return err
 		}
@@ -390,6 +389,9 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 		rd.Finish()
 		<-rd.Done()
 		c.finish(state.Code, stateError(state))
+		// What jobs it left write from now on may still be read, but
+		// gives way first when the logs' budget is used up.
+		c.spool.Done()
 	}()
 	ew.Send(api.Event{Type: api.EventInit, Text: c.id}, api.Event{Type: api.EventComplete})
 	return nil
@@ -440,8 +442,12 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	w.Header().Set(api.HeaderTailCursor, strconv.FormatInt(end, 10))
 	w.Header().Set("Content-Length", strconv.FormatInt(end-cursor, 10))
 	w.WriteHeader(http.StatusOK)
-	if _, _, err := c.spool.WriteRange(w, cursor, end); err != nil && !errors.Is(err, os.ErrClosed) {
-		s.log.Debug("write command log", "id", id, "err", err)
+	if _, n, err := c.spool.WriteRange(w, cursor, end); err != nil && n < end-cursor {
+		// Bytes gave way while being sent (newer output wrapped the
+		// log, or the logs' budget took them): cut the connection so the
+		// client sees an incomplete answer, never wrong bytes.
+		s.log.Debug("command log gave way while being sent", "id", id, "err", err)
+		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package execd
 import (
 	"sync"
 
+	"github.com/opensandbox/opensandbox/execd/cgroup"
 	"github.com/opensandbox/opensandbox/execd/process"
 )
 
@@ -40,4 +41,27 @@ func (s *Server) setUpOOMScores() {
 	default:
 		s.log.Debug("OOM scores", "execd", own, "processes", adj, "set_before_exec", s.sup.TracesExec())
 	}
+}
+
+// spoolWriters bounds the log writes of background commands under way at
+// once (see threads.go).
+const spoolWriters = 4
+
+// defaultLogBudget is the default of Config.MaxLogBytesTotal: 256 MiB, or
+// where logs would live in memory, which counts against the sandbox's
+// memory limit, an eighth of that limit (at least 4 MiB) if less.
+func defaultLogBudget(dir string) int64 {
+	const onDisk = 256 << 20
+	if !process.SpoolsInMemory(dir) {
+		return onDisk
+	}
+	g, err := cgroup.Open(cgroup.Config{})
+	if err != nil {
+		return onDisk
+	}
+	st, err := g.Read()
+	if err != nil || st.MemLimit == 0 {
+		return onDisk
+	}
+	return min(onDisk, max(int64(st.MemLimit/8), 4<<20))
 }

@@ -65,6 +65,13 @@ type Config struct {
 	// MaxLogBytes bounds the log kept for each background command; beyond
 	// it the oldest output gives way. Default 64 MiB.
 	MaxLogBytes int64
+	// MaxLogBytesTotal bounds the logs of all background commands
+	// together; beyond it the logs of finished commands give way first,
+	// then the oldest output of the command writing (down to its last
+	// 64 KiB). Default 256 MiB, or where the logs live in memory (a tmpfs
+	// or memory files) an eighth of the sandbox's memory limit if that is
+	// less.
+	MaxLogBytesTotal int64
 
 	// MaxUploadBytes bounds the body of one upload request; 0 means no
 	// bound other than the file system's.
@@ -123,6 +130,10 @@ type Server struct {
 	env  *environment
 	priv string // private working directory, 0700
 
+	spools *process.Spools // background commands' logs
+	// fileOps holds a token for each file-system request being served.
+	fileOps chan struct{}
+
 	commands *commandTable
 	sessions *sessionTable
 	code     *codeTable
@@ -161,14 +172,24 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create private directory: %w", err)
 	}
+	if cfg.MaxLogBytesTotal == 0 {
+		cfg.MaxLogBytesTotal = defaultLogBudget(priv)
+	}
+	spools, err := process.NewSpools(priv, cfg.MaxLogBytes, cfg.MaxLogBytesTotal, spoolWriters)
+	if err != nil {
+		os.RemoveAll(priv)
+		return nil, err
+	}
 	s := &Server{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		sup:  process.NewSupervisor(cfg.ReapAll),
-		mux:  http.NewServeMux(),
-		env:  env,
-		priv: priv,
-		stop: make(chan struct{}),
+		cfg:     cfg,
+		spools:  spools,
+		fileOps: make(chan struct{}, fileOps),
+		log:     cfg.Logger,
+		sup:     process.NewSupervisor(cfg.ReapAll),
+		mux:     http.NewServeMux(),
+		env:     env,
+		priv:    priv,
+		stop:    make(chan struct{}),
 	}
 	s.setUpOOMScores()
 	digest := sha256.Sum256([]byte(cfg.AccessToken))
