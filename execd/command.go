@@ -324,16 +324,16 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 func (s *Server) pump(r *http.Request, ew *httpx.EventWriter, st *outputStream) {
 	tick := time.NewTicker(s.cfg.PingInterval)
 	defer tick.Stop()
-	var batch []api.Event
+	var batches, spare [][]api.Event
 	for {
 		select {
 		case <-st.ready:
 			var ended bool
-			batch, ended = st.take(batch)
-			if len(batch) > 0 && ew.Send(batch...) != nil {
+			batches, ended = st.take(spare)
+			if len(batches) > 0 && ew.SendBatches(batches...) != nil {
 				return
 			}
-			clear(batch)
+			spare = batches
 			if ended {
 				return
 			}

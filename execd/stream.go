@@ -16,10 +16,10 @@ const (
 	// (and with it the process, on its full pipe) until the writer has
 	// taken what is queued. One batch may exceed it when nothing else is
 	// queued, so a single large result still goes through.
-	streamBudget = 256 << 10
+	streamBudget = 1 << 20
 	// sendChunk is the most a line reader hands over in one send, so that
 	// a read of many short lines becomes several sends within the budget.
-	sendChunk = 32 << 10
+	sendChunk = 64 << 10
 	// eventOverhead is what an event costs beyond its text: the Event
 	// value, its string header and its share of the batch slice.
 	eventOverhead = 96
@@ -55,8 +55,8 @@ func eventCost(ev *api.Event) int {
 // full one.
 type outputStream struct {
 	mu     sync.Mutex
-	space  sync.Cond // signalled when the writer has taken the queue, or on detach
-	queue  []api.Event
+	space  sync.Cond     // signalled when the writer has taken the queue, or on detach
+	queue  [][]api.Event // batches as sent; a sender gives up its slice
 	cost   int
 	closed bool // the producer has sent its last event
 	gone   bool // the client has left
@@ -74,7 +74,8 @@ func newOutputStream() *outputStream {
 }
 
 // send queues events for the writer, waiting while the stream's budget is
-// used up; once the client is gone it drops them.
+// used up; once the client is gone it drops them. The stream keeps evs:
+// the caller must not change it afterwards.
 func (st *outputStream) send(evs ...api.Event) {
 	c := 0
 	for i := range evs {
@@ -88,7 +89,7 @@ func (st *outputStream) send(evs ...api.Event) {
 		st.mu.Unlock()
 		return
 	}
-	st.queue = append(st.queue, evs...)
+	st.queue = append(st.queue, evs)
 	st.cost += c
 	st.mu.Unlock()
 	st.wake()
@@ -109,22 +110,19 @@ func (st *outputStream) wake() {
 	}
 }
 
-// take moves the queued events into buf (reset first) and returns it, and
-// whether the stream has ended: closed, with nothing left after these.
-// Producers waiting for room go on.
-func (st *outputStream) take(buf []api.Event) ([]api.Event, bool) {
+// take returns the queued batches, leaving spare (emptied) as the new
+// queue, and whether the stream has ended: closed, with nothing left
+// after these. Producers waiting for room go on.
+func (st *outputStream) take(spare [][]api.Event) ([][]api.Event, bool) {
+	clear(spare)
 	st.mu.Lock()
-	buf = append(buf[:0], st.queue...)
-	clear(st.queue) // let the texts go with the writer's copy
-	st.queue = st.queue[:0]
-	if cap(st.queue) > 4096 {
-		st.queue = nil
-	}
+	q := st.queue
+	st.queue = spare[:0]
 	st.cost = 0
 	ended := st.closed
 	st.space.Broadcast()
 	st.mu.Unlock()
-	return buf, ended
+	return q, ended
 }
 
 // detach marks the client as gone: queued events are dropped and every

@@ -47,11 +47,13 @@ func TestStreamHoldsItsBudget(t *testing.T) {
 		t.Fatalf("%d events sent past a budget of %d events", n, streamBudget/perEvent)
 	}
 	var total int
-	var batch []api.Event
+	var batches [][]api.Event
 	for ended := false; !ended; {
 		<-st.ready
-		batch, ended = st.take(batch)
-		total += len(batch)
+		batches, ended = st.take(batches)
+		for _, b := range batches {
+			total += len(b)
+		}
 	}
 	if total != 10_000 {
 		t.Fatalf("writer got %d events, want 10000", total)

@@ -41,11 +41,17 @@ func NewEventWriter(w http.ResponseWriter) *EventWriter {
 
 // writeChunk is how much encoded output Send gathers before it writes,
 // so that encoding a large batch never holds more than about this much.
-const writeChunk = 64 << 10
+const writeChunk = 256 << 10
 
 // Send writes events, stamping those without a timestamp with the current
 // time, and flushes. An error means the client has gone.
 func (ew *EventWriter) Send(events ...api.Event) error {
+	return ew.SendBatches(events)
+}
+
+// SendBatches writes the events of every batch in order, as Send does,
+// with one flush at the end.
+func (ew *EventWriter) SendBatches(batches ...[]api.Event) error {
 	if ew.buf == nil {
 		StartStream(ew.w)
 		ew.buf = make([]byte, 0, 4096)
@@ -56,23 +62,28 @@ func (ew *EventWriter) Send(events ...api.Event) error {
 	defer ew.rc.SetWriteDeadline(time.Time{})
 	var now int64
 	b := ew.buf[:0]
-	for i := range events {
-		e := &events[i]
-		if e.Timestamp == 0 {
-			if now == 0 {
-				now = time.Now().UnixMilli()
+	for _, events := range batches {
+		for i := range events {
+			e := &events[i]
+			if e.Timestamp == 0 {
+				if now == 0 {
+					now = time.Now().UnixMilli()
+				}
+				e.Timestamp = now
 			}
-			e.Timestamp = now
-		}
-		b = e.AppendFrame(b)
-		if len(b) >= writeChunk && i < len(events)-1 {
-			if err := ew.write(b); err != nil {
-				return err
+			b = e.AppendFrame(b)
+			if len(b) >= writeChunk {
+				if err := ew.write(b); err != nil {
+					return err
+				}
+				b = b[:0]
 			}
-			b = b[:0]
 		}
 	}
-	err := ew.write(b)
+	var err error
+	if len(b) > 0 {
+		err = ew.write(b)
+	}
 	if cap(b) <= 1<<20 {
 		ew.buf = b[:0]
 	} else {
