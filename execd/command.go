@@ -405,6 +405,11 @@ func (s *Server) commandStatusOrLogs(w http.ResponseWriter, r *http.Request) err
 	case a == "status":
 		return s.commandStatus(w, b)
 	case b == "logs":
+		// A log is read from a file: a turn of the file-system requests.
+		if !s.takeFileOp(r) {
+			return nil
+		}
+		defer s.releaseFileOp()
 		return s.commandLogs(w, r, a)
 	}
 	http.NotFound(w, r)

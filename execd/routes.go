@@ -3,7 +3,8 @@ package execd
 import "net/http"
 
 // routes lists the whole execd API. Routes that work on the file system
-// are gated: at most fileOps of them run at once (see threads.go).
+// are gated: at most fileOps of them run at once (see threads.go); so are
+// command logs (commandStatusOrLogs).
 func (s *Server) routes() {
 	s.mux.Handle("POST /claim", s.handle(s.claimSandbox))
 	s.mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {})
@@ -12,7 +13,7 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /command", s.handle(s.interrupt))
 	// One pattern serves /command/status/{id} and /command/{id}/logs,
 	// which the standard mux would reject as overlapping.
-	s.mux.Handle("GET /command/{a}/{b}", s.gated(s.handle(s.commandStatusOrLogs)))
+	s.mux.Handle("GET /command/{a}/{b}", s.handle(s.commandStatusOrLogs))
 
 	s.mux.Handle("POST /code/context", s.handle(s.createCodeContext))
 	s.mux.Handle("GET /code/contexts", s.handle(s.listCodeContexts))

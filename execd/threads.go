@@ -83,12 +83,22 @@ func osThreads() int {
 // while the client is still there.
 func (s *Server) gated(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case s.fileOps <- struct{}{}:
-		case <-r.Context().Done():
+		if !s.takeFileOp(r) {
 			return
 		}
-		defer func() { <-s.fileOps }()
+		defer s.releaseFileOp()
 		h.ServeHTTP(w, r)
 	})
 }
+
+// takeFileOp waits for a fileOps turn; false when the client left first.
+func (s *Server) takeFileOp(r *http.Request) bool {
+	select {
+	case s.fileOps <- struct{}{}:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+func (s *Server) releaseFileOp() { <-s.fileOps }

@@ -2,6 +2,8 @@ package execd
 
 import (
 	"net/http"
+
+	"github.com/opensandbox/opensandbox/api"
 	"sync"
 	"testing"
 	"time"
@@ -41,8 +43,10 @@ func TestFileOpsAreGated(t *testing.T) {
 		t.Fatalf("a file request was served (%d) with every turn taken", code)
 	case <-time.After(200 * time.Millisecond):
 	}
-	// Other routes do not wait.
+	// Other routes do not wait, a command's status included.
 	c.call(http.MethodGet, "/ping", nil, http.StatusOK, nil)
+	id := c.stream("/command", api.RunCommandRequest{Command: "true"})[0].Text
+	c.call(http.MethodGet, "/command/status/"+id, nil, http.StatusOK, nil)
 	<-s.fileOps
 	select {
 	case code := <-done:
