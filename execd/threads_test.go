@@ -2,11 +2,11 @@ package execd
 
 import (
 	"net/http"
-
-	"github.com/opensandbox/opensandbox/api"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opensandbox/opensandbox/api"
 )
 
 // TestReserveThreads: the threads are made at once and stay, idle, for
