@@ -16,7 +16,29 @@ const (
 	// measure=true, the content bytes of the regular files about to be
 	// streamed: a hint for progress reports. Not in the reference daemon.
 	HeaderArchiveContentLength = "X-Archive-Content-Length"
+	// HeaderArchiveError is a trailer of GET /files/archive: set when the
+	// stream could not be finished (a file or directory execd cannot
+	// read), it says why. The stream then ends with a block that is not a
+	// tar header (see ArchiveIncompleteBlock), so that a reader that
+	// ignores trailers fails too rather than take the archive as whole.
+	// Not in the reference daemon.
+	HeaderArchiveError = "X-Archive-Error"
 )
+
+// ArchiveIncompleteBlock returns the 512-byte block an archive stream
+// that could not be finished ends with: the reason in readable text, and
+// no tar header (its checksum field holds letters), so every tar reader
+// stops there with an error.
+func ArchiveIncompleteBlock(reason string) []byte {
+	b := make([]byte, 512)
+	msg := "\nopensandbox: archive incomplete: " + reason
+	for i := range b {
+		b[i] = '\n'
+	}
+	copy(b, msg)
+	copy(b[148:156], "XXXXXXXX") // never a valid checksum
+	return b
+}
 
 // Error codes in execd's {code,message} error body.
 const (
@@ -36,6 +58,10 @@ const (
 	// CodeInsufficientStorage answers an upload that the file system
 	// cannot hold. Not used by the reference daemon, which answers 500.
 	CodeInsufficientStorage = "INSUFFICIENT_STORAGE"
+	// CodePermissionDenied answers a request on a file or directory
+	// execd may not read or change (403). The reference daemon answers
+	// 500 RUNTIME_ERROR.
+	CodePermissionDenied = "PERMISSION_DENIED"
 	// CodeTooManyContexts answers a code context asked for beyond the
 	// sandbox's limit.
 	CodeTooManyContexts = "TOO_MANY_CONTEXTS"

@@ -141,6 +141,9 @@ func (a *app) copyToStdout(cmd *cobra.Command, sb *sdk.Sandbox, src string, foll
 		return nil, err
 	}
 	defer ar.Close()
+	// An archive the sandbox could not finish ends with an error where
+	// the stream ends (and with a block that makes the tar on the other
+	// side of stdout fail too).
 	n, err := io.Copy(a.Out, ar)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: %w", src, err)

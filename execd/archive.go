@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -25,10 +26,13 @@ import (
 // follows path itself when it is one). With measure=true the answer
 // carries X-Archive-Content-Length, the bytes of file content to come.
 //
-// Failures found before the stream starts are ordinary error answers; one
-// in the middle (a file that shrinks while it is read, an unreadable
-// directory) aborts the connection, so the client sees a truncated
-// stream and never a tar that looks whole.
+// Failures found before the stream starts (path itself missing or
+// unreadable) are ordinary error answers. One in the middle (a file or
+// directory execd may not read, a file that shrinks while it is read)
+// ends the stream with a block that no tar reader takes for a header,
+// the reason in readable text, and the X-Archive-Error trailer with the
+// reason: the response ends cleanly, and still no client can take the
+// archive for a whole one.
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 	path, err := s.queryPath(r, "path")
 	if err != nil {
@@ -47,7 +51,11 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 	if follow {
 		stat = os.Stat
 	}
-	if _, err := stat(path); err != nil {
+	fi, err := stat(path)
+	if err != nil {
+		return fsError(err)
+	}
+	if err := checkReadable(path, fi); err != nil {
 		return fsError(err)
 	}
 	if measure {
@@ -63,13 +71,50 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", "attachment; filename="+strconv.Quote(filepath.Base(path)+".tar"))
+	w.Header().Set("Trailer", api.HeaderArchiveError)
 	cw := &countingWriter{w: w}
-	if _, err := archive.Pack(r.Context(), cw, path, name, archive.PackOptions{FollowTop: follow}); err != nil {
-		if cw.n == 0 && !errors.Is(err, context.Canceled) {
-			return fsError(err)
+	_, err = archive.Pack(r.Context(), cw, path, name, archive.PackOptions{FollowTop: follow})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled) || r.Context().Err() != nil:
+		return nil // the client has gone
+	case cw.n == 0:
+		w.Header().Del("Trailer")
+		return fsError(err)
+	}
+	s.log.Warn("archive incomplete", "path", path, "err", err)
+	// Clients refuse trailer lines over 4 KiB; the reason stays well
+	// within that.
+	reason := err.Error()
+	if len(reason) > maxTrailer {
+		// The middle of a long path goes; the cause is at the end.
+		reason = strings.ToValidUTF8(reason[:maxTrailer/4]+"..."+reason[len(reason)-maxTrailer/2:], "")
+	}
+	w.Write(api.ArchiveIncompleteBlock(reason))
+	w.Header().Set(api.HeaderArchiveError, reason)
+	return nil
+}
+
+// maxTrailer bounds the reason sent in the X-Archive-Error trailer.
+const maxTrailer = 1 << 10
+
+// checkReadable fails when the file or directory at path, described by
+// fi, cannot be read: a directory that cannot be listed, a file that
+// cannot be opened for reading.
+func checkReadable(path string, fi fs.FileInfo) error {
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi.IsDir() {
+		if _, err := f.Readdirnames(1); err != nil && err != io.EOF {
+			return err
 		}
-		s.log.Warn("archive stream aborted", "path", path, "err", err)
-		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

@@ -398,7 +398,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	st := newOutputStream()
 	defer st.detach()
 	go func() {
-		defer close(st.events)
+		defer st.close()
 		started := time.Now()
 		if cc.bash != nil {
 			if !s.runBash(r.Context(), cc, st, req.Code, timeout) {

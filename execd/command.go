@@ -1,7 +1,6 @@
 package execd
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -308,7 +307,7 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 		c.finish(state.Code, stateError(state))
 		st.readers.Wait()
 		st.send(exitEvent(state, time.Since(c.startedAt)))
-		close(st.events)
+		st.close()
 	}()
 
 	if err := ew.Send(api.Event{Type: api.EventInit, Text: c.id}, pong()); err != nil {
@@ -319,33 +318,23 @@ func (s *Server) runForeground(w http.ResponseWriter, r *http.Request, p *prepar
 }
 
 // pump copies a stream's events to the client, with keep-alive pings,
-// until the stream ends or the client goes.
+// until the stream ends or the client goes. Each round takes everything
+// queued and writes it at once; while the client reads slowly the queue
+// fills up to its budget and then holds the producers back.
 func (s *Server) pump(r *http.Request, ew *httpx.EventWriter, st *outputStream) {
 	tick := time.NewTicker(s.cfg.PingInterval)
 	defer tick.Stop()
-	var batch []api.Event
+	var batches, spare [][]api.Event
 	for {
 		select {
-		case evs, ok := <-st.events:
-			if !ok {
+		case <-st.ready:
+			var ended bool
+			batches, ended = st.take(spare)
+			if len(batches) > 0 && ew.SendBatches(batches...) != nil {
 				return
 			}
-			batch = append(batch[:0], evs...)
-			// Take what else is ready, to write and flush once.
-		more:
-			for len(batch) < 4096 {
-				select {
-				case evs, ok := <-st.events:
-					if !ok {
-						ew.Send(batch...)
-						return
-					}
-					batch = append(batch, evs...)
-				default:
-					break more
-				}
-			}
-			if ew.Send(batch...) != nil {
+			spare = batches
+			if ended {
 				return
 			}
 		case <-tick.C:
@@ -366,7 +355,7 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 	c := newCommand(p, true)
 	var outR *os.File
 	if p.err == nil {
-		spool, err := process.NewSpool(s.priv, s.cfg.MaxLogBytes)
+		spool, err := s.spools.New()
 		if err != nil {
 			return err
 		}
@@ -400,6 +389,9 @@ func (s *Server) startBackground(w http.ResponseWriter, p *prepared) error {
 		rd.Finish()
 		<-rd.Done()
 		c.finish(state.Code, stateError(state))
+		// What jobs it left write from now on may still be read, but
+		// gives way first when the logs' budget is used up.
+		c.spool.Done()
 	}()
 	ew.Send(api.Event{Type: api.EventInit, Text: c.id}, api.Event{Type: api.EventComplete})
 	return nil
@@ -413,6 +405,11 @@ func (s *Server) commandStatusOrLogs(w http.ResponseWriter, r *http.Request) err
 	case a == "status":
 		return s.commandStatus(w, b)
 	case b == "logs":
+		// A log is read from a file: a turn of the file-system requests.
+		if !s.takeFileOp(r) {
+			return nil
+		}
+		defer s.releaseFileOp()
 		return s.commandLogs(w, r, a)
 	}
 	http.NotFound(w, r)
@@ -450,8 +447,12 @@ func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, id string) 
 	w.Header().Set(api.HeaderTailCursor, strconv.FormatInt(end, 10))
 	w.Header().Set("Content-Length", strconv.FormatInt(end-cursor, 10))
 	w.WriteHeader(http.StatusOK)
-	if _, _, err := c.spool.WriteRange(w, cursor, end); err != nil && !errors.Is(err, os.ErrClosed) {
-		s.log.Debug("write command log", "id", id, "err", err)
+	if _, n, err := c.spool.WriteRange(w, cursor, end); err != nil && n < end-cursor {
+		// Bytes gave way while being sent (newer output wrapped the
+		// log, or the logs' budget took them): cut the connection so the
+		// client sees an incomplete answer, never wrong bytes.
+		s.log.Debug("command log gave way while being sent", "id", id, "err", err)
+		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

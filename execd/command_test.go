@@ -529,6 +529,41 @@ func TestBackgroundLogIsBounded(t *testing.T) {
 	}
 }
 
+// TestBackgroundLogsShareABudget: the logs of all background commands
+// together stay within MaxLogBytesTotal; those of finished commands give
+// way first, so the newest command's log is whole.
+func TestBackgroundLogsShareABudget(t *testing.T) {
+	s, c := newTestServer(t, func(cfg *Config) { cfg.MaxLogBytes, cfg.MaxLogBytesTotal = 300_000, 500_000 })
+	const each = 250_000 // bytes of output per command
+	var ids []string
+	for i := range 4 {
+		cmd := fmt.Sprintf("head -c %d /dev/zero | tr '\\0' %c", each, 'a'+i)
+		id := c.stream("/command", api.RunCommandRequest{Command: cmd, Background: true})[0].Text
+		waitFor(t, "command "+cmd, func() bool {
+			var st api.CommandStatus
+			c.call("GET", "/command/status/"+id, nil, 200, &st)
+			return !st.Running
+		})
+		ids = append(ids, id)
+		if held := s.spools.Held(); held > 500_000 {
+			t.Fatalf("after %d commands the logs hold %d bytes, over the budget", i+1, held)
+		}
+	}
+	logs := make([]string, len(ids))
+	for i, id := range ids {
+		logs[i] = string(c.call("GET", "/command/"+id+"/logs?cursor=0", nil, 200, nil))
+	}
+	if logs[3] != strings.Repeat("d", each) {
+		t.Errorf("the newest log is %d bytes, want all %d", len(logs[3]), each)
+	}
+	if len(logs[0]) != 0 || len(logs[1]) != 0 {
+		t.Errorf("the oldest logs kept %d and %d bytes", len(logs[0]), len(logs[1]))
+	}
+	if len(logs[2]) != 500_000-each || strings.Trim(logs[2], "c") != "" {
+		t.Errorf("the third log kept %d bytes, want the last %d", len(logs[2]), 500_000-each)
+	}
+}
+
 // TestInsecureRefusesBrowsers: without a token, a page in a browser must
 // not be able to run commands through execd on loopback.
 func TestInsecureRefusesBrowsers(t *testing.T) {

@@ -2,6 +2,8 @@ package execd
 
 import (
 	"errors"
+	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,6 +53,20 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	case !fi.Mode().IsRegular():
 		return badRequest("%s is not a regular file", path)
 	}
+	// A file may open and still not read (/proc/1/mem, a file of a broken
+	// disk): find out while an error can still be a proper answer.
+	var probe [1]byte
+	if _, err := f.ReadAt(probe[:], 0); err != nil && err != io.EOF {
+		return fsError(&fs.PathError{Op: "read", Path: path, Err: unwrapPathError(err)})
+	}
+	// Kernel files (/proc, /sys) report no size and cannot seek to their
+	// end: they go out as a stream, whole, without ranges.
+	if end, err := f.Seek(0, io.SeekEnd); err != nil || end == 0 && fi.Size() == 0 && isPseudoFile(f) {
+		return s.streamFile(w, r, f, path, fi)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fsError(err)
+	}
 	size := fi.Size()
 
 	rangeHeader := r.Header.Get("Range")
@@ -81,6 +97,49 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	}
 	http.ServeContent(w, sr, "", fi.ModTime(), f)
 	return nil
+}
+
+// streamFile sends a file that cannot be served by ranges (its size is
+// unknown until it is read) as one stream, without Content-Length. A read
+// error part way cuts the connection, so the client sees an incomplete
+// answer rather than a short file.
+func (s *Server) streamFile(w http.ResponseWriter, r *http.Request, f *os.File, path string, fi fs.FileInfo) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil && !errors.Is(err, syscall.ESPIPE) && !errors.Is(err, syscall.EINVAL) {
+		return fsError(err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", contentDisposition(filepath.Base(path)))
+	h.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		s.log.Debug("download stream cut", "path", path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// isPseudoFile reports whether f lives on a file system whose files are
+// made by the kernel as they are read (procfs, sysfs), and report size 0.
+func isPseudoFile(f *os.File) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	const procMagic, sysfsMagic = 0x9fa0, 0x62656572
+	return st.Type == procMagic || st.Type == sysfsMagic
+}
+
+// unwrapPathError returns the error a *fs.PathError carries, or err.
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // ifRangeAllows reports whether a Range may be honoured under the

@@ -2,7 +2,10 @@ package execd
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -10,11 +13,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/httpx"
 )
 
 func TestDownload(t *testing.T) {
@@ -240,5 +245,43 @@ func TestDownloadStreams(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 			t.Errorf("range %q: %d MiB allocated for a 1 GiB download", tt.rangeHeader, alloc>>20)
 		}
+	}
+}
+
+// TestDownloadUnreadable: a file that opens but cannot be read gets the
+// error envelope (500 for an I/O error) rather than a plain-text 500 or a
+// cut answer; a kernel file without a size goes out whole as a stream.
+func TestDownloadUnreadable(t *testing.T) {
+	_, c := newTestServer(t, nil)
+	var e api.ErrorResponse
+	resp, body := c.do(c.request(http.MethodGet, "/files/download?path=/proc/self/mem", nil))
+	if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Content-Type") != "application/json" ||
+		json.Unmarshal(body, &e) != nil || e.Code != api.CodeRuntimeError || !strings.Contains(e.Message, "input/output error") {
+		t.Fatalf("/proc/self/mem: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	want, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body = c.do(c.request(http.MethodGet, "/files/download?path=/proc/self/mountinfo", nil))
+	// The answering process is the server itself: its mount table is ours.
+	if resp.StatusCode != http.StatusOK || len(body) == 0 || !bytes.Equal(body, want) {
+		t.Fatalf("/proc/self/mountinfo: %d, %d bytes, want %d", resp.StatusCode, len(body), len(want))
+	}
+}
+
+// TestPermissionDeniedIs403: a file-system permission refusal is a 403
+// PERMISSION_DENIED.
+func TestPermissionDeniedIs403(t *testing.T) {
+	err := fsError(&fs.PathError{Op: "open", Path: "/root/x", Err: syscall.EACCES})
+	if httpx.StatusOf(err) != http.StatusForbidden {
+		t.Fatalf("EACCES: status %d", httpx.StatusOf(err))
+	}
+	var he *httpx.Error
+	if !errors.As(err, &he) || he.Code != api.CodePermissionDenied {
+		t.Fatalf("EACCES: %v", err)
+	}
+	if httpx.StatusOf(fsError(&fs.PathError{Op: "chown", Path: "/x", Err: syscall.EPERM})) != http.StatusForbidden {
+		t.Fatal("EPERM is not a 403")
 	}
 }

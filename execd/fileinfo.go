@@ -255,7 +255,8 @@ func isNotFound(err error) bool {
 
 // fsError classifies a file system error for an answer: a missing path is
 // a 404 FILE_NOT_FOUND, a name the kernel rejects (too long, too many
-// links) a 400, a full file system a 507, anything else a 500.
+// links) a 400, a full file system a 507, a permission refused (EACCES,
+// EPERM) a 403 PERMISSION_DENIED, anything else a 500.
 func fsError(err error) error {
 	var he *httpx.Error
 	switch {
@@ -269,6 +270,8 @@ func fsError(err error) error {
 		return badRequest("%w", err)
 	case fsops.IsNoSpace(err):
 		return httpx.Errorf(http.StatusInsufficientStorage, api.CodeInsufficientStorage, "%w", err)
+	case errors.Is(err, fs.ErrPermission):
+		return httpx.Errorf(http.StatusForbidden, api.CodePermissionDenied, "%w", err)
 	}
 	return err
 }

@@ -2,7 +2,9 @@ package execd
 
 import "net/http"
 
-// routes lists the whole execd API.
+// routes lists the whole execd API. Routes that work on the file system
+// are gated: at most fileOps of them run at once (see threads.go); so are
+// command logs (commandStatusOrLogs).
 func (s *Server) routes() {
 	s.mux.Handle("POST /claim", s.handle(s.claimSandbox))
 	s.mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {})
@@ -30,19 +32,19 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /pty/{id}", s.handle(s.deletePTY))
 	s.mux.Handle("GET /pty/{id}/ws", s.handle(s.attachPTY))
 
-	s.mux.Handle("GET /files/info", s.handle(s.fileInfo))
-	s.mux.Handle("DELETE /files", s.handle(s.deleteFiles))
-	s.mux.Handle("POST /files/permissions", s.handle(s.setPermissions))
-	s.mux.Handle("POST /files/mv", s.handle(s.moveFiles))
-	s.mux.Handle("GET /files/search", s.handle(s.searchFiles))
-	s.mux.Handle("POST /files/replace", s.handle(s.replaceInFiles))
-	s.mux.Handle("POST /files/upload", s.handle(s.upload))
-	s.mux.Handle("GET /files/download", s.handle(s.download))
-	s.mux.Handle("GET /files/archive", s.handle(s.downloadArchive))
-	s.mux.Handle("POST /files/archive", s.handle(s.uploadArchive))
-	s.mux.Handle("GET /directories/list", s.handle(s.listDirectory))
-	s.mux.Handle("POST /directories", s.handle(s.makeDirectories))
-	s.mux.Handle("DELETE /directories", s.handle(s.removeDirectories))
+	s.mux.Handle("GET /files/info", s.gated(s.handle(s.fileInfo)))
+	s.mux.Handle("DELETE /files", s.gated(s.handle(s.deleteFiles)))
+	s.mux.Handle("POST /files/permissions", s.gated(s.handle(s.setPermissions)))
+	s.mux.Handle("POST /files/mv", s.gated(s.handle(s.moveFiles)))
+	s.mux.Handle("GET /files/search", s.gated(s.handle(s.searchFiles)))
+	s.mux.Handle("POST /files/replace", s.gated(s.handle(s.replaceInFiles)))
+	s.mux.Handle("POST /files/upload", s.gated(s.handle(s.upload)))
+	s.mux.Handle("GET /files/download", s.gated(s.handle(s.download)))
+	s.mux.Handle("GET /files/archive", s.gated(s.handle(s.downloadArchive)))
+	s.mux.Handle("POST /files/archive", s.gated(s.handle(s.uploadArchive)))
+	s.mux.Handle("GET /directories/list", s.gated(s.handle(s.listDirectory)))
+	s.mux.Handle("POST /directories", s.gated(s.handle(s.makeDirectories)))
+	s.mux.Handle("DELETE /directories", s.gated(s.handle(s.removeDirectories)))
 
 	s.mux.Handle("GET /metrics", s.handle(s.getMetrics))
 	s.mux.Handle("GET /metrics/watch", s.handle(s.watchMetrics))

@@ -65,6 +65,13 @@ type Config struct {
 	// MaxLogBytes bounds the log kept for each background command; beyond
 	// it the oldest output gives way. Default 64 MiB.
 	MaxLogBytes int64
+	// MaxLogBytesTotal bounds the logs of all background commands
+	// together; beyond it the logs of finished commands give way first,
+	// then the oldest output of the command writing (down to its last
+	// 64 KiB). Default 256 MiB, or where the logs live in memory (a tmpfs
+	// or memory files) an eighth of the sandbox's memory limit if that is
+	// less.
+	MaxLogBytesTotal int64
 
 	// MaxUploadBytes bounds the body of one upload request; 0 means no
 	// bound other than the file system's.
@@ -82,6 +89,12 @@ type Config struct {
 	// once, default contexts included. Default 32.
 	MaxCodeContexts int
 
+	// ChildOOMScoreAdj is the oom_score_adj (1 to 1000) of every process
+	// execd starts, set before the process runs its first instruction, so
+	// that the kernel's OOM killer takes them, and what they start, before
+	// execd. Default 1000; -1 leaves them execd's own score.
+	ChildOOMScoreAdj int
+
 	// PingInterval is the keep-alive period of event streams. Default 3 s.
 	PingInterval time.Duration
 
@@ -97,6 +110,7 @@ func (c *Config) setDefaults() {
 	c.PTYExitedTTL = cmp.Or(c.PTYExitedTTL, 5*time.Minute)
 	c.MaxCodeContexts = cmp.Or(c.MaxCodeContexts, 32)
 	c.PingInterval = cmp.Or(c.PingInterval, 3*time.Second)
+	c.ChildOOMScoreAdj = cmp.Or(c.ChildOOMScoreAdj, 1000)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -115,6 +129,10 @@ type Server struct {
 	mux  *http.ServeMux
 	env  *environment
 	priv string // private working directory, 0700
+
+	spools *process.Spools // background commands' logs
+	// fileOps holds a token for each file-system request being served.
+	fileOps chan struct{}
 
 	commands *commandTable
 	sessions *sessionTable
@@ -143,6 +161,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AccessToken == "" && !cfg.Insecure {
 		return nil, ErrNoToken
 	}
+	if a := cfg.ChildOOMScoreAdj; a != -1 && (a < 1 || a > 1000) {
+		return nil, fmt.Errorf("child OOM score adjustment %d: want 1 to 1000, or -1 to leave it alone", a)
+	}
 	env, err := newEnvironment(cfg.EnvFile)
 	if err != nil {
 		return nil, err
@@ -151,15 +172,26 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create private directory: %w", err)
 	}
-	s := &Server{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		sup:  process.NewSupervisor(cfg.ReapAll),
-		mux:  http.NewServeMux(),
-		env:  env,
-		priv: priv,
-		stop: make(chan struct{}),
+	if cfg.MaxLogBytesTotal == 0 {
+		cfg.MaxLogBytesTotal = defaultLogBudget(priv)
 	}
+	spools, err := process.NewSpools(priv, cfg.MaxLogBytes, cfg.MaxLogBytesTotal, spoolWriters)
+	if err != nil {
+		os.RemoveAll(priv)
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		spools:  spools,
+		fileOps: make(chan struct{}, fileOps),
+		log:     cfg.Logger,
+		sup:     process.NewSupervisor(cfg.ReapAll),
+		mux:     http.NewServeMux(),
+		env:     env,
+		priv:    priv,
+		stop:    make(chan struct{}),
+	}
+	s.setUpOOMScores()
 	digest := sha256.Sum256([]byte(cfg.AccessToken))
 	s.tokenDigest.Store(&digest)
 	s.commands = newCommandTable(cfg.RecordTTL, cfg.MaxRecords)

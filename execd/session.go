@@ -326,7 +326,7 @@ func (s *Server) runInSession(w http.ResponseWriter, r *http.Request) error {
 		defer func() { <-ss.run }()
 		term, _ := s.sessionRun(ss, st, req.Command, dir, timeout)
 		st.send(term)
-		close(st.events)
+		st.close()
 	}()
 	ew := httpx.NewEventWriter(w)
 	if err := ew.Send(api.Event{Type: api.EventInit, Text: ss.id}, pong()); err != nil {

@@ -58,11 +58,63 @@ type CopyStats struct {
 }
 
 // ArchiveReader is a tar stream of a file or tree of the sandbox.
+//
+// When the sandbox cannot finish the stream (a file or directory execd
+// may not read), the stream ends with a block no tar reader accepts, and
+// Read returns an *ArchiveIncompleteError where it would return io.EOF;
+// Err tells the reason after a tar reader has stopped at that block.
 type ArchiveReader struct {
 	io.ReadCloser
 	// ContentLength is the file content the stream will carry, when
 	// asked for with measure; -1 otherwise.
 	ContentLength int64
+
+	op   string
+	resp *http.Response
+}
+
+// ArchiveIncompleteError reports an archive the sandbox could not finish.
+type ArchiveIncompleteError struct {
+	Path   string // what was being archived
+	Reason string // as execd said, naming the entry it could not read
+}
+
+func (e *ArchiveIncompleteError) Error() string {
+	return "archive of " + e.Path + " is incomplete: " + e.Reason
+}
+
+// Read reads the stream; at its end it returns an *ArchiveIncompleteError
+// instead of io.EOF when the sandbox said the archive is incomplete.
+func (ar *ArchiveReader) Read(p []byte) (int, error) {
+	n, err := ar.ReadCloser.Read(p)
+	if err == io.EOF {
+		if ierr := ar.trailerError(); ierr != nil {
+			return n, ierr
+		}
+	}
+	return n, err
+}
+
+// Err returns the *ArchiveIncompleteError of an archive the sandbox could
+// not finish, or nil. Call it after reading stopped: it reads what little
+// is left of the stream (at most 64 KiB) to reach the sandbox's verdict,
+// which comes after the last byte.
+func (ar *ArchiveReader) Err() error {
+	if ar.resp == nil {
+		return nil
+	}
+	io.Copy(io.Discard, io.LimitReader(ar.ReadCloser, 64<<10))
+	return ar.trailerError()
+}
+
+func (ar *ArchiveReader) trailerError() error {
+	if ar.resp == nil {
+		return nil
+	}
+	if reason := ar.resp.Trailer.Get(api.HeaderArchiveError); reason != "" {
+		return &ArchiveIncompleteError{Path: ar.op, Reason: reason}
+	}
+	return nil
 }
 
 // DownloadArchive streams the file or tree at path as tar, its entries
@@ -86,7 +138,7 @@ func (s *Sandbox) DownloadArchive(ctx context.Context, path string, follow, meas
 	if err != nil {
 		return nil, err
 	}
-	ar := &ArchiveReader{ReadCloser: resp.Body, ContentLength: -1}
+	ar := &ArchiveReader{ReadCloser: resp.Body, ContentLength: -1, op: path, resp: resp}
 	if n, err := strconv.ParseInt(resp.Header.Get(api.HeaderArchiveContentLength), 10, 64); err == nil {
 		ar.ContentLength = n
 	}
@@ -260,6 +312,9 @@ func (s *Sandbox) CopyFrom(ctx context.Context, src, dst string, opts *CopyOptio
 	var head bytes.Buffer
 	first, err := tar.NewReader(io.TeeReader(ar, &head)).Next()
 	if err != nil {
+		if ierr := ar.Err(); ierr != nil {
+			err = ierr
+		}
 		return nil, fmt.Errorf("copy %s: read archive: %w", src, err)
 	}
 	stream := io.MultiReader(&head, ar)
@@ -308,6 +363,11 @@ func (s *Sandbox) CopyFrom(ctx context.Context, src, dst string, opts *CopyOptio
 	}
 	st, err := archive.Extract(ctx, stream, root, xopts)
 	if err != nil {
+		// A tar reader stops at the block an incomplete archive ends
+		// with; the sandbox's reason comes after it.
+		if ierr := ar.Err(); ierr != nil {
+			err = ierr
+		}
 		return nil, fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return &CopyStats{Files: st.Files, Dirs: st.Dirs, Links: st.Links, Skipped: st.Skipped, Bytes: st.Bytes}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -75,8 +76,13 @@ func cmpStr(a, b string) string {
 }
 
 // Is matches the error kind of the status: ErrNotFound for a 404 and so
-// on, as the variables say.
+// on, as the variables say; a sandbox refusing access to one of its files
+// (403 PERMISSION_DENIED) matches fs.ErrPermission instead of
+// ErrUnauthorized, which is about the caller's credentials.
 func (e *APIError) Is(target error) bool {
+	if e.Code == api.CodePermissionDenied {
+		return target == fs.ErrPermission
+	}
 	return target != nil && kindOf(e.StatusCode) == target
 }
 

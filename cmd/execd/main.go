@@ -46,6 +46,15 @@ func main() {
 	if err := hideToken(os.Args, os.Environ()); err != nil {
 		fmt.Fprintln(os.Stderr, "execd: cannot hide the access token:", err)
 	}
+	// Not dumpable: no process of the sandbox, root in it included, may
+	// read execd's memory (/proc/1/mem), open its descriptors
+	// (/proc/1/fd/*), read its environment or trace it, all of which
+	// would show the token. An exec resets this, so it comes after the
+	// re-execution above; the processes execd starts are dumpable again
+	// after their own exec.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "execd: cannot make itself non-dumpable:", err)
+	}
 	m := NewMain()
 	if err := m.ParseFlags(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -116,7 +125,9 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&m.Config.MaxRecords, "max-records", 1024, "most finished commands kept")
 	fs.BoolVar(&m.Config.Claimable, "claimable", false, "accept one POST /claim (set by the server for warm pool sandboxes)")
 	fs.IntVar(&m.Config.MaxCodeContexts, "max-code-contexts", 32, "most code contexts (interpreters) alive at once")
+	fs.IntVar(&m.Config.ChildOOMScoreAdj, "child-oom-score-adj", 1000, "oom_score_adj (1-1000) of every process execd starts, so that the OOM killer takes them before execd; -1: leave them execd's own")
 	fs.Int64Var(&m.Config.MaxLogBytes, "max-log-bytes", 64<<20, "log kept per background command; the oldest output gives way beyond it")
+	fs.Int64Var(&m.Config.MaxLogBytesTotal, "max-log-bytes-total", 0, "logs kept for all background commands together; finished commands' logs give way first (0: 256 MiB, or an eighth of the memory limit where logs live in memory)")
 	fs.Int64Var(&m.Config.MaxUploadBytes, "max-upload-bytes", 0, "largest upload request in bytes (0: no limit)")
 	fs.DurationVar(&m.Grace, "shutdown-grace", m.Grace, "time processes get between SIGTERM and SIGKILL at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (or a syslog number 0-7)")
@@ -188,6 +199,9 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 	}
 	m.Config.ReapAll = true
 	m.Config.Port = m.Port
+	// Every thread execd can need is made now, while the sandbox has pids
+	// to spare: the runtime aborts if it cannot make one later.
+	threads := execd.ReserveThreads(execd.ThreadsNeeded())
 	os.Unsetenv("EXECD_ACCESS_TOKEN")
 
 	srv, err := execd.New(m.Config)
@@ -207,7 +221,7 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	log.Info("execd listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "insecure", m.Config.AccessToken == "")
+	log.Info("execd listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "insecure", m.Config.AccessToken == "", "threads", threads)
 	if m.Ready != nil {
 		m.Ready <- ln.Addr()
 	}

@@ -195,8 +195,10 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 		proc:       proc,
 		requests:   fds[2][1],
 		interrupts: fds[4][1],
-		replies:    make(chan reply, 16),
-		starting:   true,
+		// One parsed reply may be megabytes: while the run hands the last
+		// one to a slow client, the next waits in the pipe, not here.
+		replies:  make(chan reply, 1),
+		starting: true,
 	}
 	c.stdout = process.NewReader(fds[0][0], func(b []byte) { c.output(api.EventStdout, b) }, 0, nil)
 	c.stderr = process.NewReader(fds[1][0], func(b []byte) { c.output(api.EventStderr, b) }, 0, nil)

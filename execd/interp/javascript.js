@@ -75,8 +75,9 @@ const REQUESTS = 3;
 const REPLIES = 4;
 const INTERRUPTS = 5;
 
-// maxLine is the longest reply line execd accepts.
-const maxLine = 64 << 20;
+// maxLine is the longest reply line this driver writes, within the 16 MiB
+// execd accepts.
+const maxLine = 15 << 20;
 // maxResultJSON bounds the application/json copy of a result, sent besides
 // its text/plain when the value is plain data.
 const maxResultJSON = 1 << 20;
@@ -609,7 +610,7 @@ function main() {
   }
 
   function tooLarge(msg) {
-    const note = 'the ' + msg.type + ' is larger than the 64 MiB a reply may hold';
+    const note = 'the ' + msg.type + ' is larger than the ' + (maxLine >> 20) + ' MiB a reply may hold';
     if (msg.type === 'error') return { ...msg, evalue: note, traceback: [] };
     return { ...msg, data: { 'text/plain': note } };
   }
@@ -638,7 +639,7 @@ function main() {
     if (!r || r.ended) return;
     const line = encode({ type: 'display', id: r.id, data });
     if (Buffer.byteLength(line) > maxLine) {
-      throw new RangeError('display: the output is larger than the 64 MiB a reply may hold');
+      throw new RangeError('display: the output is larger than the ' + (maxLine >> 20) + ' MiB a reply may hold');
     }
     const w = word(r.seq, RUNNING);
     if (Atomics.compareExchange(st, 0, w, word(r.seq, WRITING)) !== w) return;

@@ -74,11 +74,11 @@ def _main():
     COMPILE_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     KEEP_SOURCES = 500  # cells whose source stays in linecache for tracebacks
     MAIN_THREAD = _thread.get_ident()
-    # Size limits keeping every reply line well under execd's 64 MiB.
+    # Size limits keeping every reply line under execd's 16 MiB.
     PLAIN_MAX = 1 << 20  # characters of a text/plain value or an evalue
     TRACEBACK_MAX = 2 << 20  # characters of a traceback, all lines together
-    VALUE_MAX = 32 << 20  # bytes of any other MIME value, JSON-encoded
-    LINE_MAX = 60 << 20  # bytes of a reply line
+    VALUE_MAX = 12 << 20  # bytes of any other MIME value, JSON-encoded
+    LINE_MAX = 15 << 20  # bytes of a reply line
     dumps, loads = json.dumps, json.loads
 
     class S:

@@ -563,8 +563,8 @@ func TestPythonTrailingSemicolon(t *testing.T) {
 }
 
 // TestPythonSizeCaps checks that no reply gets too big: text/plain is
-// truncated at 1 MiB, other values over 32 MiB are dropped, values that do
-// not fit in a 60 MiB line together are dropped largest first, and errors
+// truncated at 1 MiB, other values over 12 MiB are dropped, values that do
+// not fit in a 15 MiB line together are dropped largest first, and errors
 // are cut.
 func TestPythonSizeCaps(t *testing.T) {
 	c := startContext(t, "python")
@@ -573,12 +573,12 @@ func TestPythonSizeCaps(t *testing.T) {
 	if n := 2<<20 + 2 - 1<<20; len(text) > 1<<20+100 || !strings.HasSuffix(text, fmt.Sprintf("... [truncated: %d more characters]", n)) {
 		t.Errorf("text/plain of %d characters ends %q", len(text), text[max(0, len(text)-60):])
 	}
-	r = runCode(t, c, "class Big:\n    def _repr_html_(self): return 'h' * (33 << 20)\n    def _repr_markdown_(self): return 'm'\n    def __repr__(self): return 'Big()'\nBig()", 0)
-	if res := r.results[0]; res["text/html"] != nil || res["text/markdown"] != "m" || !strings.HasPrefix(res["text"].(string), "Big()\n[text/html output dropped: 33.0 MiB is over the limit of 32 MiB]") {
-		t.Errorf("a value over 32 MiB: text %q, keys %d", res["text"], len(res))
+	r = runCode(t, c, "class Big:\n    def _repr_html_(self): return 'h' * (13 << 20)\n    def _repr_markdown_(self): return 'm'\n    def __repr__(self): return 'Big()'\nBig()", 0)
+	if res := r.results[0]; res["text/html"] != nil || res["text/markdown"] != "m" || !strings.HasPrefix(res["text"].(string), "Big()\n[text/html output dropped: 13.0 MiB is over the limit of 12 MiB]") {
+		t.Errorf("a value over 12 MiB: text %q, keys %d", res["text"], len(res))
 	}
-	r = runCode(t, c, "class Two:\n    def _repr_html_(self): return 'h' * (31 << 20)\n    def _repr_markdown_(self): return 'm' * (30 << 20)\ndisplay(Two())", 0)
-	if res := r.results[0]; res["text/html"] != nil || len(res["text/markdown"].(string)) != 30<<20 || !strings.Contains(res["text"].(string), "[text/html output dropped: 31.0 MiB does not fit in one reply]") {
+	r = runCode(t, c, "class Two:\n    def _repr_html_(self): return 'h' * (8 << 20)\n    def _repr_markdown_(self): return 'm' * (7 << 20)\ndisplay(Two())", 0)
+	if res := r.results[0]; res["text/html"] != nil || len(res["text/markdown"].(string)) != 7<<20 || !strings.Contains(res["text"].(string), "[text/html output dropped: 8.0 MiB does not fit in one reply]") {
 		t.Errorf("values that do not fit together: text %q, keys %d", res["text"], len(res))
 	}
 	r = runCode(t, c, "raise ValueError('v' * (3 << 20))", 0)

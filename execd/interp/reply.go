@@ -11,8 +11,10 @@ import (
 )
 
 // maxReplyLine is the longest reply line a driver may write: a big PNG in
-// base64 fits. A longer line is dropped whole.
-const maxReplyLine = 64 << 20
+// base64 fits. A longer line is dropped whole. It bounds what execd holds
+// for one reply; decoding and sending it take about twice as much again,
+// so a context's rich output costs execd at most some 50 MiB at a time.
+const maxReplyLine = 16 << 20
 
 // Reply types, driver → execd.
 const (

@@ -5,10 +5,13 @@ import (
 	"unicode/utf8"
 )
 
-// MaxLine is the longest line Lines hands over in one piece; a longer line
-// is cut at a character boundary. With JSON escaping, an event then stays
-// within the 4 MiB line limit of the strictest client.
-const MaxLine = 512 << 10
+// MaxLine is the longest line Lines hands over in one piece: a longer line
+// is cut at a character boundary into pieces of at most this size, each
+// handed over as soon as it is complete, so no more than this much of a
+// line is ever held however long the line grows. With JSON escaping, an
+// event of one piece stays far within the 4 MiB line limit of the
+// strictest client.
+const MaxLine = 64 << 10
 
 // Lines splits output into lines as execd streams them: "\n", "\r" and
 // "\r\n" each end a line, and the terminator is dropped. It keeps the tail
@@ -40,10 +43,10 @@ func (l *Lines) Write(p []byte, emit func(line []byte)) {
 		}
 		if len(l.partial) > 0 {
 			l.partial = append(l.partial, p[:i]...)
-			emit(l.partial)
+			emitCut(l.partial, emit)
 			l.partial = l.partial[:0]
 		} else {
-			emit(p[:i])
+			emitCut(p[:i], emit)
 		}
 		if p[i] == '\r' {
 			if i+1 == len(p) {
@@ -74,6 +77,17 @@ func (l *Lines) Flush(final bool, emit func(line []byte)) {
 	}
 	emit(l.partial[:cut])
 	l.partial = append(l.partial[:0], l.partial[cut:]...)
+}
+
+// emitCut emits a whole line, in pieces of at most MaxLine cut at
+// character boundaries when it is longer.
+func emitCut(line []byte, emit func(line []byte)) {
+	for len(line) > MaxLine {
+		cut := cutPoint(line[:MaxLine])
+		emit(line[:cut])
+		line = line[cut:]
+	}
+	emit(line)
 }
 
 func indexEOL(p []byte) int {

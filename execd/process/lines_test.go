@@ -64,6 +64,40 @@ func TestLinesLongLineIsCutAtCharacterBoundary(t *testing.T) {
 	}
 }
 
+// TestLinesLongLineInPieces: however a long line arrives (whole with its
+// end, in chunks, or ended in a later chunk), no piece is over MaxLine and
+// the pieces add up to the line.
+func TestLinesLongLineInPieces(t *testing.T) {
+	line := strings.Repeat("ab€", MaxLine) // 5 bytes a repetition
+	for _, chunks := range [][]string{
+		{line + "\n"},
+		{line[:MaxLine-2], line[MaxLine-2:] + "\nnext\n"},
+		{line[:1000], line[1000 : 3*MaxLine], line[3*MaxLine:], "\r\n"},
+	} {
+		var got []string
+		var l Lines
+		emit := func(b []byte) { got = append(got, string(b)) }
+		for _, c := range chunks {
+			l.Write([]byte(c), emit)
+		}
+		l.Flush(true, emit)
+		if got[len(got)-1] == "next" {
+			got = got[:len(got)-1]
+		}
+		if strings.Join(got, "") != line {
+			t.Fatalf("chunks of %d: pieces do not add up to the line", len(chunks[0]))
+		}
+		for i, piece := range got {
+			if len(piece) > MaxLine || !utf8.ValidString(piece) {
+				t.Fatalf("chunks of %d: piece %d is %d bytes (valid UTF-8: %v)", len(chunks[0]), i, len(piece), utf8.ValidString(piece))
+			}
+		}
+		if want := (len(line) + MaxLine - 1) / MaxLine; len(got) > want+1 {
+			t.Errorf("chunks of %d: %d pieces for %d bytes", len(chunks[0]), len(got), len(line))
+		}
+	}
+}
+
 func TestLinesFlushKeepsHalfCharacter(t *testing.T) {
 	var l Lines
 	var out []string

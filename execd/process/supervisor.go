@@ -1,7 +1,10 @@
 package process
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
@@ -37,6 +40,14 @@ type Supervisor struct {
 
 	// orphans counts reaped children that no Process waited for.
 	orphans int64
+
+	// childOOM is the oom_score_adj every started process gets, unless
+	// raiseOOM is false; oomError hears of a score that could not be set.
+	// Both are set before the first Start.
+	raiseOOM  bool
+	childOOM  int
+	oomError  func(pid int, err error)
+	traceExec bool
 }
 
 // NewSupervisor returns a supervisor. With reapAll set it installs a SIGCHLD
@@ -103,6 +114,127 @@ func (s *Supervisor) reap() {
 			p.finish(ws)
 		}
 	}
+}
+
+// SetChildOOMScore makes every process started from now on get adj
+// (-1000 to 1000) as its oom_score_adj before it runs any instruction of
+// its program, so that the kernel's OOM killer takes the processes execd
+// started, and whatever they start, before execd itself. onError, when not
+// nil, hears of a process whose score could not be set; the process runs
+// anyway. Call it before the first Start.
+//
+// The child asks to be traced (PTRACE_TRACEME) just before its exec, so
+// that it stops as soon as the exec has succeeded; the supervisor writes
+// /proc/PID/oom_score_adj and lets it go. Where tracing is forbidden (a
+// seccomp profile without ptrace, Yama's ptrace_scope 3) the score is
+// written right after the exec instead, and a program that forks at once
+// may leave children with the supervisor's own score; that gives them
+// nothing a process could not take itself, by lowering its own score back
+// to the minimum it inherited, which is the supervisor's.
+func (s *Supervisor) SetChildOOMScore(adj int, onError func(pid int, err error)) {
+	s.forkMu.RLock()
+	traced := traceExecWorks()
+	s.forkMu.RUnlock()
+	s.raiseOOM, s.childOOM, s.oomError, s.traceExec = true, adj, onError, traced
+}
+
+// TracesExec reports whether processes stop at their exec for their score
+// to be set (see SetChildOOMScore).
+func (s *Supervisor) TracesExec() bool { return s.traceExec }
+
+// traceExecWorks reports whether a child may ask to be traced. The probe
+// child asks, then executes a path that does not exist: ENOENT means the
+// request was granted and only the exec failed.
+func traceExecWorks() bool {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_, err := syscall.ForkExec("/nonexistent/execd-ptrace-probe", []string{"probe"},
+		&syscall.ProcAttr{Sys: &syscall.SysProcAttr{Ptrace: true}})
+	return errors.Is(err, syscall.ENOENT)
+}
+
+// forkExec starts a process, giving it the child OOM score when one is
+// set. It returns the status of a child that died before it could be let
+// go (killed while stopped at its exec); nil when it runs. The caller
+// holds forkMu for reading, so the child cannot be reaped by anyone else.
+func (s *Supervisor) forkExec(path string, args []string, attr *syscall.ProcAttr) (pid int, died *syscall.WaitStatus, oomErr, err error) {
+	if !s.raiseOOM {
+		pid, err = syscall.ForkExec(path, args, attr)
+		return pid, nil, nil, err
+	}
+	if !s.traceExec {
+		if pid, err = syscall.ForkExec(path, args, attr); err == nil {
+			oomErr = setOOMScore(pid, s.childOOM)
+		}
+		return pid, nil, oomErr, err
+	}
+	// The tracer is the thread that forked: the wait and the detach must
+	// come from it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	attr.Sys.Ptrace = true
+	if pid, err = syscall.ForkExec(path, args, attr); err != nil {
+		return 0, nil, nil, err
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, werr := syscall.Wait4(pid, &ws, syscall.WALL, nil)
+		if werr == syscall.EINTR {
+			continue
+		}
+		if werr != nil {
+			return pid, nil, fmt.Errorf("wait for process %d to stop at its exec: %w", pid, werr), nil
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return pid, &ws, nil, nil
+	}
+	oomErr = setOOMScore(pid, s.childOOM)
+	// SIGTRAP is the stop at the exec, and is dropped; another signal that
+	// arrived first is delivered.
+	var sig uintptr
+	if ws.StopSignal() != syscall.SIGTRAP {
+		sig = uintptr(ws.StopSignal())
+	}
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PTRACE, syscall.PTRACE_DETACH, uintptr(pid), 0, sig, 0, 0); errno != 0 && errno != syscall.ESRCH {
+		// Still stopped and traced: nothing else can let it go.
+		syscall.Kill(pid, syscall.SIGKILL)
+		return pid, nil, nil, fmt.Errorf("let process %d go after its exec: %w", pid, errno)
+	}
+	return pid, nil, oomErr, nil
+}
+
+// setOOMScore writes adj to /proc/pid/oom_score_adj. A process that has
+// exited already is not an error.
+func setOOMScore(pid, adj int) error {
+	path := "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err == nil {
+		_, err = syscall.Write(fd, []byte(strconv.Itoa(adj)))
+		syscall.Close(fd)
+	}
+	if err == nil || err == syscall.ESRCH || err == syscall.ENOENT {
+		return nil
+	}
+	return &os.PathError{Op: "set oom_score_adj", Path: path, Err: err}
+}
+
+// ReadOOMScore returns the oom_score_adj of process pid (0: this process).
+func ReadOOMScore(pid int) (int, error) {
+	path := "/proc/self/oom_score_adj"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return n, nil
 }
 
 // Orphans returns how many children were reaped that no Process waited
@@ -181,12 +313,14 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 
 	s.forks <- struct{}{}
 	s.forkMu.RLock()
-	pid, err := syscall.ForkExec(spec.Path, spec.Args, attr)
+	pid, died, oomErr, err := s.forkExec(spec.Path, spec.Args, attr)
 	if err == nil {
 		p.pid = pid
 		s.mu.Lock()
-		s.waiting[pid] = p
-		s.live[p] = struct{}{}
+		if died == nil {
+			s.waiting[pid] = p
+			s.live[p] = struct{}{}
+		}
 		s.mu.Unlock()
 	}
 	s.forkMu.RUnlock()
@@ -194,6 +328,14 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	runtime.KeepAlive(files) // their descriptors were used by number
 	if err != nil {
 		return nil, &os.PathError{Op: "exec", Path: spec.Path, Err: err}
+	}
+	if oomErr != nil && s.oomError != nil {
+		s.oomError(pid, oomErr)
+	}
+	if died != nil {
+		// Killed before it ran; its status is already collected.
+		p.finish(*died)
+		return p, nil
 	}
 	if !s.reapAll {
 		go p.waitOwn()

@@ -39,35 +39,64 @@ func NewEventWriter(w http.ResponseWriter) *EventWriter {
 	return &EventWriter{w: w, rc: http.NewResponseController(w)}
 }
 
+// writeChunk is how much encoded output Send gathers before it writes,
+// so that encoding a large batch never holds more than about this much.
+const writeChunk = 256 << 10
+
 // Send writes events, stamping those without a timestamp with the current
 // time, and flushes. An error means the client has gone.
 func (ew *EventWriter) Send(events ...api.Event) error {
+	return ew.SendBatches(events)
+}
+
+// SendBatches writes the events of every batch in order, as Send does,
+// with one flush at the end.
+func (ew *EventWriter) SendBatches(batches ...[]api.Event) error {
 	if ew.buf == nil {
 		StartStream(ew.w)
 		ew.buf = make([]byte, 0, 4096)
 	}
-	var now int64
-	b := ew.buf[:0]
-	for i := range events {
-		e := &events[i]
-		if e.Timestamp == 0 {
-			if now == 0 {
-				now = time.Now().UnixMilli()
-			}
-			e.Timestamp = now
-		}
-		b = e.AppendFrame(b)
-	}
-	if cap(b) <= 1<<20 {
-		ew.buf = b
-	}
 	// A deadline per write, cleared after it: a later request on the same
 	// connection must not inherit it. Writers without deadlines (tests'
 	// recorders) just go without.
-	ew.rc.SetWriteDeadline(time.Now().Add(StallTimeout))
 	defer ew.rc.SetWriteDeadline(time.Time{})
-	if _, err := ew.w.Write(b); err != nil {
+	var now int64
+	b := ew.buf[:0]
+	for _, events := range batches {
+		for i := range events {
+			e := &events[i]
+			if e.Timestamp == 0 {
+				if now == 0 {
+					now = time.Now().UnixMilli()
+				}
+				e.Timestamp = now
+			}
+			b = e.AppendFrame(b)
+			if len(b) >= writeChunk {
+				if err := ew.write(b); err != nil {
+					return err
+				}
+				b = b[:0]
+			}
+		}
+	}
+	var err error
+	if len(b) > 0 {
+		err = ew.write(b)
+	}
+	if cap(b) <= 1<<20 {
+		ew.buf = b[:0]
+	} else {
+		ew.buf = make([]byte, 0, 4096) // one huge event's buffer is not kept
+	}
+	if err != nil {
 		return err
 	}
 	return ew.rc.Flush()
+}
+
+func (ew *EventWriter) write(b []byte) error {
+	ew.rc.SetWriteDeadline(time.Now().Add(StallTimeout))
+	_, err := ew.w.Write(b)
+	return err
 }
