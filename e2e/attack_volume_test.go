@@ -302,6 +302,40 @@ func TestAttackNamedVolumeSubPathRace(t *testing.T) {
 	})
 }
 
+// TestAttackSiblingEntry: a sandbox given one allowed directory plants a
+// link in it to another allowed directory, whose files are another
+// tenant's; a create that names the link is refused, since a path must
+// stay within the entry it is written under.
+func TestAttackSiblingEntry(t *testing.T) {
+	testenv.MustHaveRoot(t)
+	base := t.TempDir()
+	mine, theirs := filepath.Join(base, "tenant1"), filepath.Join(base, "tenant2")
+	marker := "tenant2-secret-" + randomHex(6)
+	os.MkdirAll(mine, 0o777)
+	os.MkdirAll(filepath.Join(theirs, "private"), 0o755)
+	os.WriteFile(filepath.Join(theirs, "private", marker), []byte("not tenant1's\n"), 0o644)
+	s := startServer(t, serverOptions{server: fmt.Sprintf("host_volume_allowlist = [%q, %q]", mine, theirs)})
+	req := sandboxRequest(busyboxImage, "sleep", "100000")
+	req.Volumes = []api.Volume{{Name: "mine", MountPath: "/mine", Host: &api.HostVolume{Path: mine}}}
+	a := s.execd(s.create(req))
+	a.mustRun("ln -s " + filepath.Join(theirs, "private") + " /mine/task7")
+
+	attack(t, "host volume through a link into another allowed directory", func(t *testing.T) string {
+		result, detail := raceOnce(s, api.Volume{Name: "v", MountPath: "/v", Host: &api.HostVolume{Path: filepath.Join(mine, "task7")}}, marker)
+		if result != "refused (400)" {
+			t.Errorf("a create naming %s/task7 (a link to %s/private): %s %s", mine, theirs, result, detail)
+		}
+		return result + ": " + detail
+	})
+	attack(t, "sub path through a link into another allowed directory", func(t *testing.T) string {
+		result, detail := raceOnce(s, api.Volume{Name: "v", MountPath: "/v", SubPath: "task7", Host: &api.HostVolume{Path: mine}}, marker)
+		if result != "refused (400)" {
+			t.Errorf("a create naming %s with subPath task7: %s %s", mine, result, detail)
+		}
+		return result + ": " + detail
+	})
+}
+
 // TestAttackNestedAllowlist: an allow-list entry inside another could be
 // swapped for a link by the outer entry's sandboxes before it is even
 // checked; the server refuses to start with such a list, written either

@@ -639,17 +639,16 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	}
 
 	allowResolved := s.allowResolved
-	underAny := func(c string, dirs []string) bool {
-		return slices.ContainsFunc(dirs, func(d string) bool { return within(c, d) })
-	}
-	for _, c := range lexical {
-		if !underAny(c, s.allow) {
+	// Each path must stay within the entry it is written under: a link
+	// in one entry may not lead into another, whose sandboxes are not
+	// this one's to reach (a sandbox of one entry can plant such links).
+	for i, c := range lexical {
+		entry := slices.IndexFunc(s.allow, func(d string) bool { return within(c, d) })
+		if entry < 0 {
 			return "", invalid(codeVolumeNotAllowed, "%s %q is not under an allowed host path (%s)", field, p, strings.Join(s.allow, ", "))
 		}
-	}
-	for _, c := range resolved {
-		if !underAny(c, allowResolved) {
-			return "", invalid(codeVolumeNotAllowed, "%s %q leads (through symlinks) to %s, which is not under an allowed host path", field, p, c)
+		if r := resolved[i]; !within(r, allowResolved[entry]) {
+			return "", invalid(codeVolumeNotAllowed, "%s %q leads (through symlinks) to %s, which is not under the allowed host path %s it is written under", field, p, r, s.allow[entry])
 		}
 	}
 	return resolved[1], nil

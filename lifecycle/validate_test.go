@@ -292,6 +292,21 @@ func TestHostAllowlist(t *testing.T) {
 		t.Errorf("resolved %q, want %q", resolved, want)
 	}
 
+	// A link in one entry into a sibling entry: both paths are allowed,
+	// but not the one through the other.
+	os.MkdirAll(p("b/tenant2"), 0o755)
+	os.Symlink(p("b/tenant2"), p("a/task7"))
+	siblings := hostPathServer(t, p("a"), p("b"))
+	if got, err := siblings.checkHostPath("p", p("a/task7"), ""); err == nil {
+		t.Fatalf("a link from one entry into another was allowed, resolved to %s", got)
+	}
+	if _, err := siblings.checkHostPath("p", p("a"), "task7/x"); err == nil {
+		t.Fatal("a sub path through a link into another entry was allowed")
+	}
+	if _, err := siblings.checkHostPath("p", p("b/tenant2"), ""); err != nil {
+		t.Fatalf("the other entry itself: %v", err)
+	}
+
 	// A link among the entries retargeted after start widens nothing.
 	srv := hostPathServer(t, p("to-c"))
 	if _, err := srv.checkHostPath("p", p("to-c"), ""); err != nil {
