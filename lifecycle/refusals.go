@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opensandbox/opensandbox/internal/hostpath"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -101,9 +102,9 @@ func reservedMount(p string) string {
 		switch {
 		case p == r.dir:
 			return fmt.Sprintf("%s is %s", r.dir, r.what)
-		case within(p, r.dir):
+		case hostpath.Within(p, r.dir):
 			return fmt.Sprintf("%s lies in %s, %s", p, r.dir, r.what)
-		case within(r.dir, p):
+		case hostpath.Within(r.dir, p):
 			return fmt.Sprintf("a volume at %s would hide %s, %s", p, r.dir, r.what)
 		}
 	}

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"math"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/hostpath"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -554,7 +553,7 @@ func hostAllowlist(entries []string) (allow, resolved []string, err error) {
 		if slices.Contains(allow, c) {
 			continue
 		}
-		r, err := resolveExisting(c)
+		r, err := hostpath.Resolve(c)
 		if err != nil {
 			return nil, nil, fmt.Errorf("host path allow-list: %q: %w", p, err)
 		}
@@ -567,7 +566,7 @@ func hostAllowlist(entries []string) (allow, resolved []string, err error) {
 			}
 			// Two spellings of one directory (/var/run and /run) are
 			// fine: the link between them lies outside both.
-			if within(allow[i], allow[j]) || (within(resolved[i], resolved[j]) && resolved[i] != resolved[j]) {
+			if hostpath.Within(allow[i], allow[j]) || (hostpath.Within(resolved[i], resolved[j]) && resolved[i] != resolved[j]) {
 				return nil, nil, fmt.Errorf("host path allow-list: %s lies inside %s (resolved: %s in %s); list only the outer one, whose sandboxes could otherwise redirect the inner one",
 					allow[i], allow[j], resolved[i], resolved[j])
 			}
@@ -593,7 +592,7 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	lexical := []string{clean, filepath.Join(clean, sub)}
 	var resolved []string
 	for _, c := range lexical {
-		r, err := resolveExisting(c)
+		r, err := hostpath.Resolve(c)
 		if err != nil {
 			return "", invalid(codeVolumeHostPath, "%s %q: %v", field, p, err)
 		}
@@ -618,7 +617,7 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	withResolved := func(paths []string) []string {
 		out := slices.Clone(paths)
 		for _, q := range paths {
-			if r, err := resolveExisting(q); err == nil && r != q {
+			if r, err := hostpath.Resolve(q); err == nil && r != q {
 				out = append(out, r)
 			}
 		}
@@ -627,12 +626,12 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	sockets, dirs := withResolved(engineSockets), withResolved(engineDirs)
 	for _, c := range slices.Concat(lexical, resolved) {
 		for _, sock := range sockets {
-			if within(sock, c) {
+			if hostpath.Within(sock, c) {
 				return "", invalid(codeVolumeNotAllowed, "%s %q: the Docker socket may not be mounted", field, p)
 			}
 		}
 		for _, d := range dirs {
-			if within(c, d) || within(d, c) {
+			if hostpath.Within(c, d) || hostpath.Within(d, c) {
 				return "", invalid(codeVolumeNotAllowed, "%s %q: %s drives the host's container engine and may not be mounted, nor anything above or inside it", field, p, d)
 			}
 		}
@@ -643,44 +642,13 @@ func (s *Server) checkHostPath(field, p, sub string) (string, error) {
 	// in one entry may not lead into another, whose sandboxes are not
 	// this one's to reach (a sandbox of one entry can plant such links).
 	for i, c := range lexical {
-		entry := slices.IndexFunc(s.allow, func(d string) bool { return within(c, d) })
+		entry := slices.IndexFunc(s.allow, func(d string) bool { return hostpath.Within(c, d) })
 		if entry < 0 {
 			return "", invalid(codeVolumeNotAllowed, "%s %q is not under an allowed host path (%s)", field, p, strings.Join(s.allow, ", "))
 		}
-		if r := resolved[i]; !within(r, allowResolved[entry]) {
+		if r := resolved[i]; !hostpath.Within(r, allowResolved[entry]) {
 			return "", invalid(codeVolumeNotAllowed, "%s %q leads (through symlinks) to %s, which is not under the allowed host path %s it is written under", field, p, r, s.allow[entry])
 		}
 	}
 	return resolved[1], nil
-}
-
-// within reports whether clean path p is dir or lies under it.
-func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
-}
-
-// resolveExisting resolves the symlinks of the longest part of clean
-// absolute path p that exists, and appends the rest, which no symlink can
-// redirect because it does not exist. A dangling symlink is an error: it
-// would lead wherever its target is later made.
-func resolveExisting(p string) (string, error) {
-	cur, rest := p, ""
-	for {
-		r, err := filepath.EvalSymlinks(cur)
-		if err == nil {
-			return filepath.Join(r, rest), nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("cannot resolve: %v", err)
-		}
-		if _, lerr := os.Lstat(cur); lerr == nil {
-			return "", fmt.Errorf("cannot resolve %s: a dangling symlink", cur)
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return p, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
 }

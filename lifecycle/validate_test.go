@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/hostpath"
 	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/runtime/fake"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -243,7 +244,7 @@ func TestHostPaths(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.srv.checkHostPath("host.path", tt.path, tt.sub)
 			if tt.code == "" {
-				want, _ := resolveExisting(filepath.Join(filepath.Clean(tt.path), tt.sub))
+				want, _ := hostpath.Resolve(filepath.Join(filepath.Clean(tt.path), tt.sub))
 				if err != nil || got != want {
 					t.Fatalf("checkHostPath(%q, %q) = %q, %v; want allowed, resolved to %q", tt.path, tt.sub, got, err, want)
 				}

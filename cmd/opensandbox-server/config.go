@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/hostpath"
 	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
@@ -202,10 +203,10 @@ func (c *fileConfig) validate() error {
 		if dataDir := c.Runtime.Docker.DataDir; dataDir != "" {
 			for _, pair := range pathForms(p, dataDir) {
 				entry, data := pair[0], pair[1]
-				if within(data, entry) {
+				if hostpath.Within(data, entry) {
 					return fmt.Errorf("server.host_volume_allowlist: %q contains runtime.docker.data_dir %s, which holds the sandboxes' tokens", p, dataDir)
 				}
-				if within(entry, data) {
+				if hostpath.Within(entry, data) {
 					return fmt.Errorf("server.host_volume_allowlist: %q lies inside runtime.docker.data_dir %s, which holds the sandboxes' tokens and volume pins", p, dataDir)
 				}
 			}
@@ -245,18 +246,14 @@ func (c *fileConfig) validate() error {
 	return nil
 }
 
-// within reports whether clean path p is dir or lies under it.
-func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
-}
-
-// pathForms pairs a and b as written (cleaned) and with their symbolic
-// links resolved, where they exist.
+// pathForms pairs a and b as written (cleaned) and with the links of
+// their existing parts resolved (a data directory made at first start
+// included).
 func pathForms(a, b string) [][2]string {
 	a, b = filepath.Clean(a), filepath.Clean(b)
 	forms := [][2]string{{a, b}}
-	ra, errA := filepath.EvalSymlinks(a)
-	rb, errB := filepath.EvalSymlinks(b)
+	ra, errA := hostpath.Resolve(a)
+	rb, errB := hostpath.Resolve(b)
 	if errA != nil {
 		ra = a
 	}

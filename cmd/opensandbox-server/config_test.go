@@ -164,10 +164,18 @@ func TestAllowlistMayNotHoldTheDataDir(t *testing.T) {
 		filepath.Join(data, "mounts"),            // inside: the volume pins' staging paths
 		filepath.Join(tmp, "link-in"),            // inside, through a link
 		filepath.Join(tmp, "link-above", "data"), // the data dir, through a link
+		filepath.Join(tmp, "later"),              // above a data dir not made yet, through a link
 	} {
 		dataDir := data
-		if entry == "/var/lib" {
+		switch entry {
+		case "/var/lib":
 			dataDir = ""
+		case filepath.Join(tmp, "later"):
+			// The data dir does not exist yet; its parent is a link
+			// into the entry.
+			os.MkdirAll(entry, 0o755)
+			os.Symlink(entry, filepath.Join(tmp, "to-later"))
+			dataDir = filepath.Join(tmp, "to-later", "state")
 		}
 		text := fmt.Sprintf("version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\nhost_volume_allowlist = [%q]\n", entry)
 		if dataDir != "" {

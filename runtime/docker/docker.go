@@ -198,8 +198,17 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(cfg.pinsDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("create the volume pins' directory: %w", err)
 	}
-	if r.pinErr = canPin(cfg.pinsDir()); r.pinErr != nil {
-		r.log.Warn("host volumes and volume sub paths are refused: this process cannot bind-mount", "err", r.pinErr)
+	r.pinErr = canPin(cfg.pinsDir())
+	if r.pinErr == nil {
+		r.pinErr = engineSeesPins(host.local, enginePidFile)
+	}
+	if r.pinErr != nil {
+		r.log.Warn("host volumes and volume sub paths are refused: this server cannot make mounts the engine sees", "err", r.pinErr)
+	}
+	if cfg.storage.watchable {
+		// Made before rebuild, whose resumed creates hand it their
+		// sandboxes.
+		r.disk = newDiskWatch()
 	}
 	if err := r.loadPools(); err != nil {
 		return nil, err
@@ -211,8 +220,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	r.wg.Add(2)
 	go r.watchEvents()
 	go r.poolLoop()
-	if cfg.storage.watchable {
-		r.disk = newDiskWatch()
+	if r.disk != nil {
 		r.wg.Add(1)
 		go r.watchDisks()
 	}

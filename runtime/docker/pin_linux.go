@@ -36,12 +36,20 @@ func openBeneath(root, rel string) (int, error) {
 		return rootFD, nil
 	}
 	defer unix.Close(rootFD)
-	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+	how := &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ENOSYS) {
-		fd, err = walkBeneath(rootFD, rel) // kernels before 5.6
+	}
+	fd, err := unix.Openat2(rootFD, rel, how)
+	for try := 0; errors.Is(err, unix.EAGAIN) && try < 8; try++ {
+		// A rename somewhere on the system raced the lookup; openat2
+		// asks to be called again rather than risk a wrong answer.
+		fd, err = unix.Openat2(rootFD, rel, how)
+	}
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		// Kernels before 5.6, or a seccomp profile that does not know
+		// openat2: the same walk, one component at a time.
+		fd, err = walkBeneath(rootFD, rel)
 	}
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
@@ -192,4 +200,35 @@ func canPin(dir string) error {
 		return fmt.Errorf("bind mount in %s: %w", dir, err)
 	}
 	return unpin(probe)
+}
+
+// engineSeesPins says whether pins made by this process are seen by the
+// engine: it must run on this machine, in this mount namespace. A pin the
+// engine cannot see would hand sandboxes an empty staging directory in
+// place of their volume. pidFile is where the engine writes its pid; one
+// that cannot be read leaves the namespace unchecked.
+func engineSeesPins(local bool, pidFile string) error {
+	if !local {
+		return errors.New("the engine is not on this machine (runtime.docker.host), where pins are made")
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return nil
+	}
+	engineNS, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	if err != nil {
+		return nil // not visible from here: another pid namespace
+	}
+	ownNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return err
+	}
+	if engineNS != ownNS {
+		return fmt.Errorf("the engine (pid %d) runs in another mount namespace (%s) than this server (%s): run the server in the engine's", pid, engineNS, ownNS)
+	}
+	return nil
 }

@@ -14,3 +14,5 @@ func unpin(target string) error { return nil }
 func removePins(dir string) error { return nil }
 
 func canPin(dir string) error { return errNoPins }
+
+func engineSeesPins(local bool, pidFile string) error { return errNoPins }

@@ -19,6 +19,10 @@ import (
 // user can reach and which no allow-list entry may contain or lie in.
 func (c *Config) pinsDir() string { return filepath.Join(c.DataDir, "mounts") }
 
+// enginePidFile is where a local engine writes its pid (dockerd's
+// default --pidfile).
+const enginePidFile = "/var/run/docker.pid"
+
 // pinTarget is the staging path of the i-th volume of sandbox id: the
 // source the engine mounts. It is fixed by id, i and the volume's name,
 // so that a container made before a restart finds its pins again.

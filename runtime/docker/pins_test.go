@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,40 @@ func TestNamedVolumeSubPath(t *testing.T) {
 	}
 	if got := mustRun(t, rt, user, "cat /sub/f"); got != "a" {
 		t.Fatalf("after the owner went: %q", got)
+	}
+}
+
+// TestEngineSeesPins: pins are refused for an engine on another machine
+// or in another mount namespace than the server.
+func TestEngineSeesPins(t *testing.T) {
+	testenv.MustHaveRoot(t)
+	pidFile := filepath.Join(t.TempDir(), "engine.pid")
+	if err := engineSeesPins(false, pidFile); err == nil {
+		t.Error("a remote engine was taken to see pins")
+	}
+	if err := engineSeesPins(true, pidFile); err != nil {
+		t.Errorf("no pid file: %v", err)
+	}
+	os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	if err := engineSeesPins(true, pidFile); err != nil {
+		t.Errorf("an engine in this mount namespace: %v", err)
+	}
+	other := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		own, _ := os.Readlink("/proc/self/ns/mnt")
+		if ns, _ := os.Readlink("/proc/" + strconv.Itoa(other.Process.Pid) + "/ns/mnt"); ns != "" && ns != own {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare did not make a mount namespace")
+		}
+	}
+	os.WriteFile(pidFile, []byte(strconv.Itoa(other.Process.Pid)), 0o644)
+	if err := engineSeesPins(true, pidFile); err == nil || !strings.Contains(err.Error(), "another mount namespace") {
+		t.Errorf("an engine in another mount namespace: %v", err)
 	}
 }

@@ -190,16 +190,17 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		return containerInfo{}, err
 	}
 	// Pinned now, since the engine wants a bind's source to exist when
-	// it makes the container; released once the container started.
-	if err := r.pinVolumes(ctx, id, spec.Volumes); err != nil {
-		return containerInfo{}, err
-	}
+	// it makes the container; released once the container started, or
+	// at once if anything fails (the pins made before a failed one too).
 	if needsPins(spec.Volumes) {
 		defer func() {
 			if retErr != nil {
 				r.releasePins(id)
 			}
 		}()
+	}
+	if err := r.pinVolumes(ctx, id, spec.Volumes); err != nil {
+		return containerInfo{}, err
 	}
 	r.mu.Lock()
 	token, pool := e.token, e.pool

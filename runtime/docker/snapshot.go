@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -212,8 +213,14 @@ func (r *Runtime) RemoveScope(ctx context.Context) error {
 	errs = append(errs, err)
 	for _, c := range containers {
 		errs = append(errs, r.eng.remove(ctx, c.ID))
-		if id := sandbox.ID(c.Labels[labelID]); id != "" {
-			r.removeSandboxPins(id)
+	}
+	// Every sandbox of the scope is gone, those that never got a
+	// container included: so are their pins.
+	if ents, err := os.ReadDir(r.cfg.pinsDir()); err == nil {
+		for _, ent := range ents {
+			if ent.IsDir() {
+				r.removeSandboxPins(sandbox.ID(ent.Name()))
+			}
 		}
 	}
 	images, err := r.eng.imagesWithLabel(ctx, r.scopeLabel())
