@@ -128,6 +128,12 @@ func (c *usageCounter) walk(fd int, dev uint64, depth int) error {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
+		if errors.Is(err, unix.ENOENT) {
+			// Removed since it was opened: nothing left in it to count.
+			// (Not an error: a sandbox removing directories as fast as it
+			// can would otherwise make every measurement fail.)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("read directory: %w", err)
 		}

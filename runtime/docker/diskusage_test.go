@@ -278,3 +278,45 @@ func BenchmarkUsageTree(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(dirs*files+dirs+1), "ns/file")
 }
+
+// TestUsageSurvivesDirectoriesRemovedMidWalk: a sandbox that makes and
+// removes directories as fast as it can, beside the files it writes,
+// cannot make a measurement fail (a directory removed after the walk
+// opened it reads as gone), so it cannot buy time that way.
+func TestUsageSurvivesDirectoriesRemovedMidWalk(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "data", "f"), 1<<20)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	for w := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := filepath.Join(root, "churn"+strconv.Itoa(w)+"-"+strconv.Itoa(i%8))
+				os.Mkdir(d, 0o755)
+				os.Remove(d)
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		for range 4 {
+			<-done
+		}
+	}()
+	var c usageCounter
+	for i := range 3000 {
+		c.reset()
+		if err := c.addTree(root); err != nil {
+			t.Fatalf("measurement %d failed while directories come and go: %v", i, err)
+		}
+		if c.total.Bytes < 1<<20 {
+			t.Fatalf("measurement %d: %d bytes, the 1 MiB file is missing", i, c.total.Bytes)
+		}
+	}
+}

@@ -136,7 +136,14 @@ type watchedSandbox struct {
 	// cost is how long measuring it takes, smoothed.
 	cost time.Duration
 	due  time.Time
+	// failures counts measurements in a row that failed.
+	failures int
 }
+
+// maxMeasureFailures is how many measurements of a sandbox may fail in a
+// row before it is stopped: a sandbox whose disk cannot be measured
+// cannot be held to its limit.
+const maxMeasureFailures = 5
 
 func newDiskWatch() *diskWatch {
 	return &diskWatch{wake: make(chan struct{}, 1), handed: map[sandbox.ID]containerInfo{}, watched: map[sandbox.ID]*watchedSandbox{},
@@ -411,10 +418,18 @@ func (r *Runtime) measure(ws *watchedSandbox) {
 		r.stopOverLimit(ws, fmt.Sprintf("the sandbox's files cannot be measured against its ephemeral-storage limit of %s: it made %v; it was stopped", formatBytes(ws.limit), errTooDeep))
 		return
 	case err != nil:
-		r.log.Warn("measure a sandbox's disk use", "sandbox", ws.id, "err", err)
-		ws.due = now.Add(time.Second)
+		ws.failures++
+		r.log.Warn("measure a sandbox's disk use", "sandbox", ws.id, "failures", ws.failures, "err", err)
+		if ws.failures >= maxMeasureFailures {
+			r.stopOverLimit(ws, fmt.Sprintf("the sandbox's files cannot be measured against its ephemeral-storage limit of %s (%d attempts in a row failed: %v); it was stopped", formatBytes(ws.limit), ws.failures, err))
+			return
+		}
+		// Tried again as soon as a good measurement would be: a failure
+		// must not buy the sandbox time.
+		ws.due = now.Add(checkInterval(ws.limit, ws.last.Bytes, ws.rate, ws.cost))
 		return
 	}
+	ws.failures = 0
 	if !ws.lastAt.IsZero() {
 		ws.rate = growthRate(ws.rate, u.Bytes-ws.last.Bytes, now.Sub(ws.lastAt))
 	}

@@ -508,7 +508,12 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 			if user := r.subPathUser(id, v); user != "" {
 				// The engine would refuse to remove a volume another
 				// container mounts; it cannot see this one's sub path.
-				r.log.Warn("keeping the volume of a deleted sandbox: another sandbox mounts a sub path of it", "sandbox", id, "volume", v, "user", user)
+				// The volume goes with that sandbox instead.
+				vol := v
+				err := r.updateRecord(user, func(*entry) (func(*record), error) {
+					return func(rec *record) { rec.OwnedVolumes = append(rec.OwnedVolumes, vol) }, nil
+				})
+				r.log.Info("the volume of a deleted sandbox goes with another that mounts a sub path of it", "sandbox", id, "volume", v, "to", user, "err", err)
 				continue
 			}
 			if err := r.eng.removeVolume(ctx, v); err != nil {

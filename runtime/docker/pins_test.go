@@ -275,6 +275,13 @@ func TestNamedVolumeSubPath(t *testing.T) {
 	if got := mustRun(t, rt, user, "cat /sub/f"); got != "a" {
 		t.Fatalf("after the owner went: %q", got)
 	}
+	// The volume now goes with the sandbox that kept it.
+	if err := rt.Delete(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := rt.eng.volumeExists(ctx, name); ok {
+		t.Fatal("the volume outlived the last sandbox that used it")
+	}
 }
 
 // TestEngineSeesPins: pins are refused for an engine on another machine
