@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -226,6 +227,10 @@ const (
 	labelVolumeOwner = "opensandbox.volume-owner"
 	// labelSnapshotOf marks a snapshot image.
 	labelSnapshotOf = "opensandbox.snapshot-of"
+	// labelSubPathVolumes lists, comma-separated, the named volumes a
+	// sandbox mounts writable at a sub path: the engine sees those as
+	// binds of their pins, and the disk watcher counts them from here.
+	labelSubPathVolumes = "opensandbox.subpath-volumes"
 )
 
 // extRuntime is the extension that picks a sandbox's OCI runtime.
@@ -304,11 +309,15 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: cfg.ExecdPath, Target: execdInSandbox, ReadOnly: true},
 	}
+	var subPathVolumes []string
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
 		src := ""
 		if pinned(v) {
 			src = cfg.pinTarget(id, i, v)
+		}
+		if v.Claim != nil && v.SubPath != "" && !v.ReadOnly && !slices.Contains(subPathVolumes, v.Claim.Name) {
+			subPathVolumes = append(subPathVolumes, v.Claim.Name)
 		}
 		m, err := volumeMount(v, src)
 		if err != nil {
@@ -316,6 +325,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		}
 		mounts = append(mounts, m)
 	}
+	labels[labelSubPathVolumes] = strings.Join(subPathVolumes, ",")
 	ociRuntime := cfg.Runtime
 	if r, ok := spec.Extensions[extRuntime]; ok {
 		if !slices.Contains(cfg.AllowedRuntimes, r) {

@@ -371,6 +371,22 @@ func (r *Runtime) watchedFrom(id sandbox.ID, labels map[string]string, f contain
 			ws.trees = append(ws.trees, v.Source)
 		}
 	}
+	// Volumes mounted at a sub path reach the container as binds of
+	// their pins: counted in full from the volume itself, as the others.
+	for _, name := range strings.Split(labels[labelSubPathVolumes], ",") {
+		if name == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		vi, err := r.eng.volumeInfo(ctx, name)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if vi.Labels[labelScope] == r.cfg.LabelScope && vi.Mountpoint != "" && !slices.Contains(ws.trees, vi.Mountpoint) {
+			ws.trees = append(ws.trees, vi.Mountpoint)
+		}
+	}
 	if procs, err := cgroupProcsFile(f.Pid); err != nil {
 		r.log.Warn("files the sandbox deletes while it holds them open will not be counted", "sandbox", id, "err", err)
 	} else {

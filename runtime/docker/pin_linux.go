@@ -90,6 +90,35 @@ func walkBeneath(dirFD int, rel string) (int, error) {
 	return fd, nil
 }
 
+// mkdirBeneath makes the directories of rel beneath root that are
+// missing, one component at a time, following no link: a component a
+// sandbox swapped for a link meanwhile makes it fail.
+func mkdirBeneath(root, rel string) error {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer func() { unix.Close(fd) }()
+	for _, name := range strings.Split(strings.Trim(filepath.Clean("/"+rel), "/"), "/") {
+		if name == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				return &os.PathError{Op: "mkdir", Path: filepath.Join(root, rel), Err: err}
+			}
+			next, err = unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			return &os.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	return nil
+}
+
 // pin bind-mounts rel beneath root onto target, which it makes (a
 // directory, or an empty file for a file) if missing; a pin already at
 // target is replaced.

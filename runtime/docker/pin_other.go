@@ -16,3 +16,5 @@ func removePins(dir string) error { return nil }
 func canPin(dir string) error { return errNoPins }
 
 func engineSeesPins(local bool, pidFile string) error { return errNoPins }
+
+func mkdirBeneath(root, rel string) error { return errNoPins }

@@ -73,6 +73,10 @@ func (r *Runtime) pinVolumes(ctx context.Context, id sandbox.ID, vols []sandbox.
 				return &failure{"VOLUME_FAILED", fmt.Sprintf("volume %s: %v", v.Name, err)}
 			}
 			root, rel = vi.Mountpoint, v.SubPath
+			// As on Kubernetes, a sub path a volume lacks is made.
+			if err := mkdirBeneath(root, rel); err != nil && !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
+				return &failure{"VOLUME_FAILED", fmt.Sprintf("volume %s: %v", v.Name, err)}
+			}
 		}
 		err := pin(root, rel, r.cfg.pinTarget(id, i, v))
 		switch {

@@ -275,9 +275,11 @@ func TestNamedVolumeSubPath(t *testing.T) {
 	if got := mustRun(t, rt, user, "cat /sub/f"); got != "a" {
 		t.Fatalf("after the owner went: %q", got)
 	}
-	// The volume now goes with the sandbox that kept it.
-	if err := rt.Delete(ctx, user); err != nil {
-		t.Fatal(err)
+	// The volume now goes with the last sandbox that names it.
+	for _, id := range []sandbox.ID{id, user} {
+		if err := rt.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, ok, _ := rt.eng.volumeExists(ctx, name); ok {
 		t.Fatal("the volume outlived the last sandbox that used it")
