@@ -205,9 +205,13 @@ func applyStorage(cfg *Config, hc *container.HostConfig, limit int64, ociRuntime
 			why = p.why
 		}
 		return refuse("this server cannot enforce storage limits: " + why)
-	case storageEngine:
-		hc.StorageOpt = map[string]string{"size": strconv.FormatInt(limit, 10)}
-	case storageWatch:
+	case storageEngine, storageWatch:
+		if mode == storageEngine {
+			hc.StorageOpt = map[string]string{"size": strconv.FormatInt(limit, 10)}
+		}
+		// The engine's quota bounds only the writable layer; the rest
+		// (volumes, the engine's /etc files) is measured in both modes,
+		// and fallocate must not outrun the measurement there either.
 		if ociRuntime == "runsc" && !p.runscSeccomp {
 			return refuse("gVisor (runsc) on this engine ignores a container's seccomp profile, which keeps fallocate from reserving past the limit faster than it can be measured; " +
 				"run runsc with --oci-seccomp (runtimeArgs in /etc/docker/daemon.json), or use runc")

@@ -108,12 +108,17 @@ func TestApplyStorage(t *testing.T) {
 		t.Errorf("watch mode: log config %+v, want json-file capped", hc.LogConfig)
 	}
 
+	// The engine bounds the writable layer; volumes are still measured,
+	// so fallocate is refused there too, and gVisor without its seccomp.
 	hc = &container.HostConfig{}
-	if err := applyStorage(&Config{storage: engine}, hc, 64<<20, "runsc"); err != nil {
+	if err := applyStorage(&Config{storage: engine}, hc, 64<<20, ""); err != nil {
 		t.Fatal(err)
 	}
-	if hc.StorageOpt["size"] != "67108864" || len(hc.SecurityOpt) != 0 || hc.LogConfig.Type != "" {
-		t.Errorf("engine mode: storage options %v, security options %d, log %+v", hc.StorageOpt, len(hc.SecurityOpt), hc.LogConfig)
+	if hc.StorageOpt["size"] != "67108864" || len(hc.SecurityOpt) != 1 || !strings.HasPrefix(hc.SecurityOpt[0], "seccomp={") || hc.LogConfig.Type != "" {
+		t.Errorf("engine mode: storage options %v, security options %.80q, log %+v", hc.StorageOpt, hc.SecurityOpt, hc.LogConfig)
+	}
+	if err := applyStorage(&Config{storage: engine}, &container.HostConfig{}, 64<<20, "runsc"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("engine mode, gVisor without --oci-seccomp: %v, want a refusal", err)
 	}
 
 	for name, cfg := range map[string]*Config{"no policy": {}, "vfs": {storage: none}} {
