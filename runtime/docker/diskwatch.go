@@ -314,7 +314,7 @@ func (r *Runtime) syncWatched() {
 		var ws *watchedSandbox
 		var err error
 		if info, ok := handed[id]; ok {
-			ws, err = r.watchedFrom(id, info.Labels, info.Files)
+			ws, err = r.watchedFrom(id, info.ID, info.Labels, info.Files)
 		} else {
 			ws, err = r.locateFiles(id)
 		}
@@ -338,14 +338,14 @@ func (r *Runtime) locateFiles(id sandbox.ID) (*watchedSandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect container: %w", err)
 	}
-	return r.watchedFrom(id, info.Labels, info.Files)
+	return r.watchedFrom(id, info.ID, info.Labels, info.Files)
 }
 
 // watchedFrom is what the watcher measures of a sandbox whose container
 // has labels and files f; nil for a sandbox without a limit. Named
 // volumes of the server's scope are counted: their labels are asked of
 // the engine.
-func (r *Runtime) watchedFrom(id sandbox.ID, labels map[string]string, f containerFiles) (*watchedSandbox, error) {
+func (r *Runtime) watchedFrom(id sandbox.ID, cid string, labels map[string]string, f containerFiles) (*watchedSandbox, error) {
 	limit, _ := strconv.ParseInt(labels[labelStorage], 10, 64)
 	if limit <= 0 {
 		return nil, nil
@@ -387,14 +387,26 @@ func (r *Runtime) watchedFrom(id sandbox.ID, labels map[string]string, f contain
 			ws.trees = append(ws.trees, vi.Mountpoint)
 		}
 	}
-	if procs, err := cgroupProcsFile(f.Pid); err != nil {
-		r.log.Warn("files the sandbox deletes while it holds them open will not be counted", "sandbox", id, "err", err)
-	} else {
-		ws.procs = procs
+	// The pid comes from an inspect that may be stale: the process is
+	// pinned first, then its cgroup must be the container's, and it must
+	// still be alive once that was read, or the pid could name another
+	// process by now (and stopping the sandbox would kill that one's).
+	fd, err := unix.PidfdOpen(f.Pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("its init process %d: %w", f.Pid, err)
 	}
-	if fd, err := unix.PidfdOpen(f.Pid, 0); err == nil {
-		ws.pidfd = fd
+	procs, err := cgroupProcsFile(f.Pid)
+	if err == nil && (cid == "" || !strings.Contains(procs, cid)) {
+		err = fmt.Errorf("process %d is in %s, not in container %.12s's cgroup", f.Pid, procs, cid)
 	}
+	if err == nil {
+		err = unix.PidfdSendSignal(fd, 0, nil, 0)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("its init process %d: %w", f.Pid, err)
+	}
+	ws.procs, ws.pidfd = procs, fd
 	return ws, nil
 }
 
