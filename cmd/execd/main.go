@@ -219,23 +219,25 @@ func (m *Main) Run(ctx context.Context) (int, error) {
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
-	log.Info("execd listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "insecure", m.Config.AccessToken == "", "threads", threads)
-	if m.Ready != nil {
-		m.Ready <- ln.Addr()
-	}
-
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
+	// The entrypoint starts before requests are served (they wait in
+	// the listener's queue meanwhile): whoever sees execd answer finds
+	// the entrypoint's status.
 	if len(m.Entrypoint) > 0 {
 		if _, err = srv.StartEntrypoint(m.Entrypoint); err != nil {
 			// The sandbox stays usable; the failure is visible in the
 			// entrypoint's status.
 			log.Error("entrypoint did not start", "argv", m.Entrypoint, "err", err)
 		}
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	log.Info("execd listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "insecure", m.Config.AccessToken == "", "threads", threads)
+	if m.Ready != nil {
+		m.Ready <- ln.Addr()
 	}
 
 	stopping := false
