@@ -25,12 +25,32 @@ type hostSizeCache struct {
 	mu   sync.Mutex
 	size sandbox.HostSize
 	at   time.Time
+	// refreshing marks a refresh under way.
+	refreshing bool
+}
+
+// refresh claims the next refresh: it reports false when one is under
+// way.
+func (c *hostSizeCache) refresh() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refreshing {
+		return false
+	}
+	c.refreshing = true
+	return true
 }
 
 func (c *hostSizeCache) set(s sandbox.HostSize, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.size, c.at = s, at
+	c.size, c.at, c.refreshing = s, at, false
+}
+
+func (c *hostSizeCache) refreshFailed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
 }
 
 func (c *hostSizeCache) get() (sandbox.HostSize, time.Time) {
@@ -41,23 +61,28 @@ func (c *hostSizeCache) get() (sandbox.HostSize, time.Time) {
 
 // HostSize reports the engine's machine: its CPUs and memory as the
 // engine counts them (docker info's NCPU and MemTotal), and its GPUs
-// where the engine runs on this machine's kernel (see gpusOf). It asks
-// the engine at most once a minute; if the engine does not answer, the
-// last answer stands.
+// where the engine runs on this machine's kernel (see gpusOf). The answer
+// read at start, or since, is given at once: a request never waits for
+// the engine, which may be stuck. Once it is a minute old, one refresh
+// is asked of the engine in the background; if the engine does not
+// answer, the last answer stands.
 func (r *Runtime) HostSize(ctx context.Context) (sandbox.HostSize, error) {
 	size, at := r.size.get()
-	if time.Since(at) < hostSizeTTL {
-		return size, nil
+	if time.Since(at) >= hostSizeTTL && r.size.refresh() {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+			defer cancel()
+			info, err := r.eng.info(ctx)
+			if err != nil {
+				r.size.refreshFailed()
+				r.log.Debug("refresh the engine's host size", "err", err)
+				return
+			}
+			r.size.set(hostSizeOf(info, nvidiaGPUsDir), time.Now())
+		}()
 	}
-	info, err := r.eng.info(ctx)
-	if err != nil {
-		if !at.IsZero() {
-			return size, nil
-		}
-		return sandbox.HostSize{}, err
-	}
-	size = hostSizeOf(info, nvidiaGPUsDir)
-	r.size.set(size, time.Now())
 	return size, nil
 }
 

@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,26 +52,54 @@ func TestHostSize(t *testing.T) {
 	}
 	t.Logf("host: %d CPUs, %d bytes, %d GPUs; a GPU container: %v %s", got.CPUMillis/1000, got.MemoryBytes, got.GPUs, runErr, strings.TrimSpace(string(runOut)))
 
-	// Within a minute the cached answer is served without asking; after
-	// it, an engine that does not answer leaves the last answer standing,
-	// and with no answer at all HostSize fails.
-	gone, err := newEngine("unix://" + filepath.Join(t.TempDir(), "no-engine.sock"))
+	// The answer read at start is served at once, however old, and never
+	// waits for the engine: against an engine that takes connections and
+	// never answers (a frozen one), a stale answer still comes back at
+	// once while one refresh waits in the background (it gives up after
+	// 10 s, so a create that waited for it would take that long).
+	sock := filepath.Join(t.TempDir(), "frozen.sock")
+	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gone.close()
-	cut := &Runtime{eng: gone}
-	cut.size.set(got, time.Now())
-	if again, err := cut.HostSize(ctx); err != nil || again != got {
-		t.Fatalf("cached HostSize = %+v, %v; want %+v", again, err, got)
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	frozen, err := newEngine("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer frozen.close()
+	rctx, cancel := context.WithCancel(context.Background())
+	cut := &Runtime{eng: frozen, ctx: rctx, cancel: cancel, log: slog.New(slog.DiscardHandler)}
 	cut.size.set(got, time.Now().Add(-2*hostSizeTTL))
-	if again, err := cut.HostSize(ctx); err != nil || again != got {
-		t.Fatalf("HostSize with the engine unreachable = %+v, %v; want the last answer %+v", again, err, got)
+	began := time.Now()
+	for range 3 {
+		if again, err := cut.HostSize(ctx); err != nil || again != got {
+			t.Fatalf("HostSize with the engine frozen = %+v, %v; want the last answer %+v", again, err, got)
+		}
 	}
-	if _, err := (&Runtime{eng: gone}).HostSize(ctx); err == nil {
-		t.Fatal("HostSize with no answer ever and the engine unreachable succeeded")
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("HostSize waited %v for a frozen engine", d)
 	}
+	if cut.size.refresh() {
+		t.Fatal("no refresh was asked of the engine")
+	}
+	cancel()
+	cut.wg.Wait()
 }
 
 // TestEngineRefusesMoreCPUsThanItHas shows why creates are checked: the
