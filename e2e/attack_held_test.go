@@ -784,7 +784,19 @@ except u.HTTPError as e:
 // sandbox, to the ports the host publishes for it, or to the lifecycle
 // server, and another sandbox's token opens nothing from inside.
 func TestAttackNeighbours(t *testing.T) {
-	s := startServer(t, serverOptions{})
+	t.Run("default", func(t *testing.T) { neighbours(t, startServer(t, serverOptions{})) })
+	// Ports published on every address of the host, and the private
+	// ranges (the sandbox network's among them) open: the kernel forwards
+	// a connection to a published port, from A through the gateway, to
+	// B's own address, which the guard still shuts.
+	t.Run("ports on every address, private ranges open", func(t *testing.T) {
+		neighbours(t, startServer(t, serverOptions{docker: "bind_ip = \"0.0.0.0\"\nblocked_cidrs = []"}))
+	})
+}
+
+// neighbours tries, from sandbox A, everything of sandbox B and of the
+// server that A must not reach.
+func neighbours(t *testing.T, s *server) {
 	_, a := pythonSandbox(s)
 	bID, b := pythonSandbox(s, "python3", "-m", "http.server", "8080", "--directory", "/etc")
 	bIP := containerIP(t, bID)

@@ -45,7 +45,10 @@ type Runtime struct {
 	// pinErr says why this process cannot pin volumes (see pins.go);
 	// nil when it can.
 	pinErr error
-	size   hostSizeCache // the engine's machine, for HostSize
+	// guard is the network guard installed, nil when off; only
+	// reconcile passes touch it after New.
+	guard *installedGuard
+	size  hostSizeCache // the engine's machine, for HostSize
 
 	// ctx lives as long as the runtime: creates and the event loop run in
 	// it, not in the request that started them.
@@ -191,7 +194,7 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	if err := r.ensureNetwork(ctx); err != nil {
 		return nil, err
 	}
-	if err := installGuard(ctx, eng, &cfg, r.log); err != nil {
+	if r.guard, err = installGuard(ctx, eng, &cfg, r.log); err != nil {
 		return nil, fmt.Errorf("install the sandbox network guard (it needs root and iptables on the engine's host; "+
 			"block_metadata = false with blocked_cidrs = [] runs without it): %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -111,6 +112,11 @@ type guardPolicy struct {
 	// resolvers are the DNS servers the sandboxes' queries are forwarded
 	// to, reachable on port 53 whatever their range.
 	resolvers []netip.Addr
+	// isolate are the ranges of the runtime's own network, whose
+	// sandboxes may not reach one another: not through the host's
+	// published ports either, which the kernel forwards to the other
+	// sandbox's address. No hole opens them.
+	isolate []netip.Prefix
 }
 
 func (c *Config) guardPolicy(resolvers []netip.Addr) guardPolicy {
@@ -175,6 +181,18 @@ func (p guardPolicy) rules(v6 bool) [][]string {
 			}
 		}
 	}
+	if v6 {
+		// Neighbour discovery with the host: without it a sandbox has no
+		// IPv6 at all.
+		for _, t := range []string{"router-solicitation", "neighbour-solicitation", "neighbour-advertisement"} {
+			add("-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", t, "-j", "RETURN")
+		}
+	}
+	for _, n := range p.isolate {
+		if family(n.Addr()) {
+			add("-d", n.String(), "-j", "REJECT")
+		}
+	}
 	for _, d := range p.allowed {
 		if !family(d.Prefix.Addr()) {
 			continue
@@ -185,13 +203,6 @@ func (p guardPolicy) rules(v6 bool) [][]string {
 		}
 		for _, proto := range []string{"tcp", "udp"} {
 			add("-d", d.Prefix.String(), "-p", proto, "--dport", strconv.Itoa(int(d.Port)), "-j", "RETURN")
-		}
-	}
-	if v6 {
-		// Neighbour discovery with the host: without it a sandbox has no
-		// IPv6 at all.
-		for _, t := range []string{"router-solicitation", "neighbour-solicitation", "neighbour-advertisement"} {
-			add("-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", t, "-j", "RETURN")
 		}
 	}
 	// The host itself, on every address it has (the gateway, its public
@@ -390,25 +401,28 @@ func lockGuard() (unlock func(), err error) {
 // configuration says, replacing what an earlier start left: with a policy
 // that blocks nothing it removes the network's rules. It also removes the
 // chains of networks that no longer exist.
-func installGuard(ctx context.Context, eng *engine, cfg *Config, log *slog.Logger) error {
+func installGuard(ctx context.Context, eng *engine, cfg *Config, log *slog.Logger) (*installedGuard, error) {
 	n, err := eng.network(ctx, cfg.Network)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resolvers := cfg.dns
 	if len(resolvers) == 0 {
 		resolvers = hostResolvers(resolvConf)
 	}
 	p := cfg.guardPolicy(resolvers)
+	if cfg.Network == defaultNetwork {
+		p.isolate = n.subnets
+	}
 	unlock, err := lockGuard()
 	if err != nil && !p.on() {
 		// Off, and most likely not root: there is nothing this server
 		// could have installed to remove.
 		log.Warn("sandbox network guard off: sandboxes may reach the host, its networks and the metadata services",
 			"network", n.name, "cleanup", err)
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 	for _, fw := range []firewall{firewall4, firewall6} {
@@ -418,18 +432,89 @@ func installGuard(ctx context.Context, eng *engine, cfg *Config, log *slog.Logge
 				log.Warn("remove the guard of a network", "network", n.name, "cmd", fw.cmd, "err", err)
 			}
 		} else if err := fw.install(ctx, n, p, log); err != nil {
-			return err
+			return nil, err
 		}
 		fw.removeStale(ctx, eng, n.id, log)
 	}
-	if p.on() {
-		log.Info("sandbox network guard", "network", n.name, "blocked", p.blocked, "allowed", p.allowed,
-			"dns", p.resolvers, "ipv6", n.ipv6)
-	} else {
+	if !p.on() {
 		log.Warn("sandbox network guard off: sandboxes may reach the host, its networks and the metadata services",
 			"network", n.name)
+		return nil, nil
 	}
-	return nil
+	log.Info("sandbox network guard", "network", n.name, "blocked", p.blocked, "allowed", p.allowed,
+		"dns", p.resolvers, "ipv6", n.ipv6)
+	return &installedGuard{n: n, p: p, checked: time.Now()}, nil
+}
+
+// installedGuard is the guard this server installed, which it checks
+// now and then is still in place.
+type installedGuard struct {
+	n       guardNetwork
+	p       guardPolicy
+	checked time.Time
+}
+
+// guardCheckEvery is how often the guard is checked: a firewall reload
+// (firewalld, iptables-restore, netfilter-persistent) removes it without
+// a word.
+const guardCheckEvery = 30 * time.Second
+
+// checkGuard puts the guard back if something removed any part of it:
+// its chain, the rules sending the network to it, the host's jumps.
+func (r *Runtime) checkGuard(ctx context.Context) {
+	g := r.guard
+	if g == nil || time.Since(g.checked) < guardCheckEvery {
+		return
+	}
+	g.checked = time.Now()
+	for _, fw := range []firewall{firewall4, firewall6} {
+		if fw.v6 && !g.n.ipv6 {
+			continue
+		}
+		if fw.intact(ctx, g.n, g.p) {
+			continue
+		}
+		r.log.Error("the sandbox network guard was gone from the host's firewall (a firewall reload?); putting it back",
+			"network", g.n.name, "cmd", fw.cmd)
+		unlock, err := lockGuard()
+		if err != nil {
+			r.log.Error("put the network guard back", "err", err)
+			continue
+		}
+		if err := fw.install(ctx, g.n, g.p, r.log); err != nil {
+			r.log.Error("put the network guard back", "err", err)
+		}
+		unlock()
+	}
+}
+
+// intact reports whether the guard of network n with policy p is whole in
+// this firewall.
+func (f firewall) intact(ctx context.Context, n guardNetwork, p guardPolicy) bool {
+	chain := guardNetChain(n.id)
+	_, fingerprint := chainScript(chain, p.rules(f.v6))
+	if out, err := f.run(ctx, "-S", chain); err != nil || !strings.Contains(out, "opensandbox guard "+fingerprint) {
+		return false
+	}
+	have, ok := f.listRules(ctx, guardChain)
+	if !ok {
+		return false
+	}
+	for _, args := range jumps(n, f.v6) {
+		if !slices.ContainsFunc(have, func(r rule) bool { return sameRule(r, args) }) {
+			return false
+		}
+	}
+	forward := "DOCKER-USER"
+	if _, err := f.run(ctx, "-n", "-L", forward); err != nil {
+		forward = "FORWARD"
+	}
+	for _, c := range []string{forward, "INPUT"} {
+		if _, err := f.run(ctx, "-C", c, "-j", guardChain); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // install replaces network n's chain and makes the guard chain, and the

@@ -90,12 +90,13 @@ func TestGuardRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.guardPolicy([]netip.Addr{netip.MustParseAddr("10.255.255.53"), netip.MustParseAddr("fd00::53")})
+	n := guardNetwork{id: "0123456789abcdef", bridge: "br-0123456789ab",
+		subnets: []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fd7a::/64")}}
+	p.isolate = n.subnets
 	var got strings.Builder
 	for _, v6 := range []bool{false, true} {
 		script, _ := chainScript("OSB-GUARD-0123456789ab", p.rules(v6))
 		got.WriteString(script)
-		n := guardNetwork{id: "0123456789abcdef", bridge: "br-0123456789ab",
-			subnets: []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fd7a::/64")}}
 		for _, j := range jumps(n, v6) {
 			got.WriteString("-A " + guardChain + " " + strings.Join(j, " ") + "\n")
 		}
@@ -123,6 +124,7 @@ func TestGuardRulesOrder(t *testing.T) {
 	cfg.setNetworkDefaults()
 	cfg.validateNetwork()
 	p := cfg.guardPolicy([]netip.Addr{netip.MustParseAddr("10.0.0.2")})
+	p.isolate = []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}
 	rules := p.rules(false)
 	index := func(part string) int {
 		return slices.IndexFunc(rules, func(r []string) bool { return strings.Contains(strings.Join(r, " "), part) })
@@ -133,6 +135,11 @@ func TestGuardRulesOrder(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("no %s rule in %q", name, rules)
 		}
+	}
+	// The network's own range is shut before any hole: no hole may open
+	// one sandbox to another.
+	if own := index("-d 10.1.0.0/16 -j REJECT"); own < 0 || own > hole || own < replies {
+		t.Fatalf("the network's own range is not shut before the holes: %q", rules)
 	}
 	if !(replies < dns && dns < host && hole < host && host < private && host < metadata) {
 		t.Fatalf("rules out of order: %q", rules)
@@ -492,5 +499,38 @@ func TestNetworkGuardIPv6(t *testing.T) {
 	}
 	if ok, out := reach(t, rt, id, peerAddr+" 8080", "peer"); !ok {
 		t.Errorf("with the guard off, reaching another sandbox at %s: %q", peerAddr, out)
+	}
+}
+
+// TestGuardPutBack: a firewall reload that drops the guard's chain, or the
+// rule sending the network to it, is undone at the next check.
+func TestGuardPutBack(t *testing.T) {
+	n := testNetwork(t, "")
+	rt := newTestRuntime(t, func(c *Config) { c.Network = n.name })
+	if rt.guard == nil {
+		t.Fatal("no guard installed")
+	}
+	ctx := context.Background()
+	chain := guardNetChain(n.id)
+	if !firewall4.intact(ctx, n, rt.guard.p) {
+		t.Fatal("the guard is not whole right after start")
+	}
+	// A reload that forgets the network's chain...
+	if _, err := firewall4.run(ctx, "-F", chain); err != nil {
+		t.Fatal(err)
+	}
+	// ...and the rule that sends the network to it.
+	jump := jumps(n, false)[0]
+	if _, err := firewall4.run(ctx, append([]string{"-D", guardChain}, jump...)...); err != nil {
+		t.Fatal(err)
+	}
+	if firewall4.intact(ctx, n, rt.guard.p) {
+		t.Fatal("intact says yes to a guard with its rules gone")
+	}
+	rt.guard.checked = time.Now().Add(-2 * guardCheckEvery)
+	rt.checkGuard(ctx)
+	if !firewall4.intact(ctx, n, rt.guard.p) {
+		out, _ := firewall4.run(ctx, "-S", chain)
+		t.Fatalf("the guard was not put back:\n%s", out)
 	}
 }

@@ -428,5 +428,6 @@ func (r *Runtime) reconcileLocked(ctx context.Context) error {
 		}
 	}
 	r.sweepPins()
+	r.checkGuard(ctx)
 	return nil
 }
