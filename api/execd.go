@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"archive/tar"
+	"bytes"
+	"time"
+)
 
 // ExecdPort is the port execd listens on inside every sandbox.
 const ExecdPort = 44772
@@ -18,26 +22,34 @@ const (
 	HeaderArchiveContentLength = "X-Archive-Content-Length"
 	// HeaderArchiveError is a trailer of GET /files/archive: set when the
 	// stream could not be finished (a file or directory execd cannot
-	// read), it says why. The stream then ends with a block that is not a
-	// tar header (see ArchiveIncompleteBlock), so that a reader that
-	// ignores trailers fails too rather than take the archive as whole.
-	// Not in the reference daemon.
+	// read), it says why. The stream then ends inside an entry (see
+	// ArchiveIncompleteEntry), so that a reader that ignores trailers
+	// fails too rather than take the archive as whole. Not in the
+	// reference daemon.
 	HeaderArchiveError = "X-Archive-Error"
 )
 
-// ArchiveIncompleteBlock returns the 512-byte block an archive stream
-// that could not be finished ends with: the reason in readable text, and
-// no tar header (its checksum field holds letters), so every tar reader
-// stops there with an error.
-func ArchiveIncompleteBlock(reason string) []byte {
-	b := make([]byte, 512)
-	msg := "\nopensandbox: archive incomplete: " + reason
-	for i := range b {
-		b[i] = '\n'
-	}
-	copy(b, msg)
-	copy(b[148:156], "XXXXXXXX") // never a valid checksum
-	return b
+// ArchiveIncompleteName names the entry an archive stream that could not
+// be finished ends with (see ArchiveIncompleteEntry).
+const ArchiveIncompleteName = "OPENSANDBOX-ARCHIVE-INCOMPLETE"
+
+// ArchiveIncompleteEntry returns what an archive stream that could not be
+// finished between two entries ends with: the header of a file
+// ArchiveIncompleteName longer than what follows, then the reason in
+// readable text, and the end of the stream. Every tar reader (Go's, GNU
+// and busybox tar, Python's tarfile) stops there with an unexpected end
+// of data; one that extracts leaves the reason in that file. (A stream
+// cut inside an entry just ends there, for the same effect.)
+func ArchiveIncompleteEntry(reason string) []byte {
+	text := "opensandbox: archive incomplete: " + reason + "\n"
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	// The header alone is written here (WriteHeader never fails for a
+	// plain USTAR file); the writer is never closed, since the content
+	// it announces does not all come.
+	tw.WriteHeader(&tar.Header{Name: ArchiveIncompleteName, Mode: 0o644, Typeflag: tar.TypeReg,
+		Size: int64(len(text)) + 1<<20, Format: tar.FormatUSTAR})
+	return append(b.Bytes(), text...)
 }
 
 // Error codes in execd's {code,message} error body.

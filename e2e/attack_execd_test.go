@@ -658,7 +658,7 @@ func TestAttackExecdUnreadable(t *testing.T) {
 			}
 			n++
 		}
-		return fmt.Sprintf("%d entries, then a block no tar reader takes and the trailer %q", n, reason)
+		return fmt.Sprintf("%d entries, then an entry cut short and the trailer %q", n, reason)
 	})
 
 	testenv.MustHaveImage(t, busyboxImage)

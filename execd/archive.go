@@ -27,12 +27,13 @@ import (
 // carries X-Archive-Content-Length, the bytes of file content to come.
 //
 // Failures found before the stream starts (path itself missing or
-// unreadable) are ordinary error answers. One in the middle (a file or
-// directory execd may not read, a file that shrinks while it is read)
-// ends the stream with a block that no tar reader takes for a header,
-// the reason in readable text, and the X-Archive-Error trailer with the
-// reason: the response ends cleanly, and still no client can take the
-// archive for a whole one.
+// unreadable) are ordinary error answers. One in the middle ends the
+// stream inside an entry, and the X-Archive-Error trailer gives the
+// reason: the response ends cleanly, and still no tar reader can take the
+// archive for a whole one. A file or directory execd may not read fails
+// between entries, and the stream ends with api.ArchiveIncompleteEntry; a
+// file that shrinks while it is read has its entry cut short, and nothing
+// follows it.
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 	path, err := s.queryPath(r, "path")
 	if err != nil {
@@ -91,7 +92,9 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) error {
 		// The middle of a long path goes; the cause is at the end.
 		reason = strings.ToValidUTF8(reason[:maxTrailer/4]+"..."+reason[len(reason)-maxTrailer/2:], "")
 	}
-	w.Write(api.ArchiveIncompleteBlock(reason))
+	if !errors.Is(err, archive.ErrCutShort) {
+		w.Write(api.ArchiveIncompleteEntry(reason))
+	}
 	w.Header().Set(api.HeaderArchiveError, reason)
 	return nil
 }

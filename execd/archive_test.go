@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -228,8 +229,8 @@ func deepTree(t *testing.T, dir string) string {
 }
 
 // TestArchiveIncomplete: a failure part way through an archive ends the
-// answer cleanly with the X-Archive-Error trailer, after a block that no
-// tar reader takes for a header, so no client takes the archive for a
+// answer cleanly with the X-Archive-Error trailer, inside an entry that
+// announces more than follows, so no tar reader takes the archive for a
 // whole one; the entries before it are intact.
 func TestArchiveIncomplete(t *testing.T) {
 	_, c := newTestServer(t, nil)
@@ -250,9 +251,10 @@ func TestArchiveIncomplete(t *testing.T) {
 	if !strings.Contains(reason, "file name too long") {
 		t.Fatalf("trailer %s = %q", api.HeaderArchiveError, reason)
 	}
-	if !bytes.HasSuffix(body, api.ArchiveIncompleteBlock(reason)) {
-		t.Fatal("the stream does not end with the incomplete-archive block")
+	if !bytes.HasSuffix(body, api.ArchiveIncompleteEntry(reason)) {
+		t.Fatal("the stream does not end with the incomplete-archive entry")
 	}
+	tarReadersFail(t, body)
 	tr := tar.NewReader(bytes.NewReader(body))
 	var names []string
 	for {
@@ -293,5 +295,43 @@ func TestArchiveUnreadableTop(t *testing.T) {
 	resp, body = c.do(c.request(http.MethodGet, "/files/archive?path="+url.QueryEscape(deep), nil))
 	if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Message, "file name too long") {
 		t.Fatalf("a path too long: %d %.200s", resp.StatusCode, body)
+	}
+}
+
+// tarReadersFail checks that the tar readers people use all fail on an
+// incomplete archive: Go's, GNU tar (listing and extracting), busybox
+// tar extracting from a pipe, and Python's tarfile (from a file and as a
+// stream). (busybox listing a file seeks over the last entry's content
+// without reading it, and does not notice it is short.)
+func tarReadersFail(t *testing.T, body []byte) {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(body))
+	var err error
+	for err == nil {
+		if _, err = tr.Next(); err == nil {
+			_, err = io.Copy(io.Discard, tr)
+		}
+	}
+	if err == io.EOF {
+		t.Error("Go's archive/tar read the archive as whole")
+	}
+	file := filepath.Join(t.TempDir(), "incomplete.tar")
+	if err := os.WriteFile(file, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readers := map[string][]string{
+		"tar":           {"tar", "-tvf", file},
+		"tar -x":        {"tar", "-xf", file, "-C", t.TempDir()},
+		"busybox":       {"sh", "-c", "busybox tar -xf - -C \"$1\" < \"$2\"", "sh", t.TempDir(), file},
+		"python":        {"python3", "-c", "import sys, tarfile; t = tarfile.open(sys.argv[1]); [t.extractfile(m) and t.extractfile(m).read() for m in t]; print(len(t.getmembers()))", file},
+		"python stream": {"python3", "-c", "import sys, tarfile; t = tarfile.open(fileobj=open(sys.argv[1], 'rb'), mode='r|'); print([m.name for m in t])", file},
+	}
+	for name, argv := range readers {
+		if _, err := exec.LookPath(argv[0]); err != nil {
+			continue
+		}
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err == nil {
+			t.Errorf("%s read the incomplete archive without an error:\n%s", name, out)
+		}
 	}
 }

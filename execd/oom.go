@@ -39,7 +39,7 @@ func (s *Server) setUpOOMScores() {
 		s.log.Warn("execd's own oom_score_adj is already at least what its processes get: the OOM killer may take execd first (give the sandbox a memory request, or a lower score)",
 			"execd", own, "processes", adj)
 	default:
-		s.log.Debug("OOM scores", "execd", own, "processes", adj, "set_before_exec", s.sup.TracesExec())
+		s.log.Debug("OOM scores", "execd", own, "processes", adj)
 	}
 }
 

@@ -60,9 +60,9 @@ type CopyStats struct {
 // ArchiveReader is a tar stream of a file or tree of the sandbox.
 //
 // When the sandbox cannot finish the stream (a file or directory execd
-// may not read), the stream ends with a block no tar reader accepts, and
+// may not read), the stream ends inside an entry cut short, and
 // Read returns an *ArchiveIncompleteError where it would return io.EOF;
-// Err tells the reason after a tar reader has stopped at that block.
+// Err tells the reason after a tar reader has stopped there.
 type ArchiveReader struct {
 	io.ReadCloser
 	// ContentLength is the file content the stream will carry, when

@@ -79,7 +79,7 @@ func TestCopyFromIncompleteArchive(t *testing.T) {
 		tw.WriteHeader(&tar.Header{Name: "out/readable", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2})
 		tw.Write([]byte("ok"))
 		tw.Flush()
-		w.Write(api.ArchiveIncompleteBlock(reason))
+		w.Write(api.ArchiveIncompleteEntry(reason))
 		w.Header().Set(api.HeaderArchiveError, reason)
 	}))
 	defer execd.Close()

@@ -491,3 +491,52 @@ func TestExtractSafeModesAndRenameErrors(t *testing.T) {
 		t.Errorf("safe mode of the directory: %v", fi.Mode())
 	}
 }
+
+// TestPackCutShort: a file that shrinks while it is packed fails inside
+// its entry, as ErrCutShort says, and the bytes written up to there are
+// no archive a tar reader takes for whole; a file that cannot be opened
+// fails before its header, between entries.
+func TestPackCutShort(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("x"), 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := Pack(context.Background(), pw, big, "big", PackOptions{})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	// Read the header and the first part of the content, then shrink
+	// the file under the packer.
+	if _, err := io.CopyN(&out, pr, 512+64<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 1024); err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(&out, pr)
+	err := <-done
+	if !errors.Is(err, ErrCutShort) {
+		t.Fatalf("Pack of a file that shrank: %v, want ErrCutShort", err)
+	}
+	tr := tar.NewReader(bytes.NewReader(out.Bytes()))
+	if _, err := tr.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, tr); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("reading the cut entry: %v, want an unexpected end", err)
+	}
+
+	if os.Geteuid() == 0 {
+		return // root opens anything; the attack suite tries it as another user
+	}
+	locked := filepath.Join(dir, "locked")
+	os.WriteFile(locked, []byte("secret"), 0o000)
+	if _, err := Pack(context.Background(), io.Discard, locked, "locked", PackOptions{}); err == nil || errors.Is(err, ErrCutShort) {
+		t.Fatalf("Pack of an unreadable file: %v, want a failure before its entry", err)
+	}
+}

@@ -171,6 +171,15 @@ func (p *packer) add(src, name string, fi fs.FileInfo) error {
 			p.links[id] = name
 		}
 	}
+	// A file is opened before its header goes out, so that one that
+	// cannot be read fails between entries, not inside one.
+	var f *os.File
+	if hdr.Typeflag == tar.TypeReg {
+		if f, err = os.OpenFile(src, os.O_RDONLY|openFlags, 0); err != nil {
+			return err
+		}
+		defer f.Close()
+	}
 	if name != "" {
 		if err := p.tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf("write entry %s: %w", name, err)
@@ -184,7 +193,10 @@ func (p *packer) add(src, name string, fi fs.FileInfo) error {
 		return p.addDir(src, name)
 	case tar.TypeReg:
 		p.stats.Files++
-		return p.copyFile(src, hdr)
+		if err := p.copyFile(f, src, hdr); err != nil {
+			return fmt.Errorf("%w: %w", ErrCutShort, err)
+		}
+		return nil
 	case tar.TypeSymlink, tar.TypeLink:
 		p.stats.Links++
 	default:
@@ -218,14 +230,14 @@ func (p *packer) addDir(dir, name string) error {
 	return nil
 }
 
-// copyFile writes the content of the regular file at src, which must
-// still be hdr.Size bytes long.
-func (p *packer) copyFile(src string, hdr *tar.Header) error {
-	f, err := os.OpenFile(src, os.O_RDONLY|openFlags, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+// ErrCutShort marks a Pack failure inside an entry: its header is out
+// and only part of its content, so nothing more may follow on the stream
+// (a reader would take it for the rest of that content).
+var ErrCutShort = errors.New("an entry was cut short")
+
+// copyFile writes the content of the regular file f, opened from src,
+// which must still be hdr.Size bytes long.
+func (p *packer) copyFile(f *os.File, src string, hdr *tar.Header) error {
 	var dst io.Writer = p.tw
 	if p.progress != nil {
 		dst = &progressWriter{w: p.tw, base: p.stats.Bytes, report: p.progress}

@@ -8,10 +8,12 @@ import (
 // MaxLine is the longest line Lines hands over in one piece: a longer line
 // is cut at a character boundary into pieces of at most this size, each
 // handed over as soon as it is complete, so no more than this much of a
-// line is ever held however long the line grows. With JSON escaping, an
-// event of one piece stays far within the 4 MiB line limit of the
-// strictest client.
-const MaxLine = 64 << 10
+// line is ever held however long the line grows. Lines up to this size
+// reach clients whole, as they did before pieces (a client adds a line
+// end to every event). With JSON escaping (at worst 6 bytes a byte), an
+// event of one piece stays within the 4 MiB line limit of the strictest
+// client.
+const MaxLine = 512 << 10
 
 // Lines splits output into lines as execd streams them: "\n", "\r" and
 // "\r\n" each end a line, and the terminator is dropped. It keeps the tail

@@ -44,10 +44,13 @@ type Supervisor struct {
 	// childOOM is the oom_score_adj every started process gets, unless
 	// raiseOOM is false; oomError hears of a score that could not be set.
 	// Both are set before the first Start.
-	raiseOOM  bool
-	childOOM  int
-	oomError  func(pid int, err error)
-	traceExec bool
+	raiseOOM bool
+	childOOM int
+	oomError func(pid int, err error)
+	// ownOOM is this process's own score, which it goes back to after
+	// each fork; oomMu makes each fork's raise and return one step.
+	ownOOM int
+	oomMu  sync.Mutex
 }
 
 // NewSupervisor returns a supervisor. With reapAll set it installs a SIGCHLD
@@ -116,93 +119,52 @@ func (s *Supervisor) reap() {
 	}
 }
 
-// SetChildOOMScore makes every process started from now on get adj
+// SetChildOOMScore makes every process the supervisor starts get adj
 // (-1000 to 1000) as its oom_score_adj before it runs any instruction of
 // its program, so that the kernel's OOM killer takes the processes execd
 // started, and whatever they start, before execd itself. onError, when not
 // nil, hears of a process whose score could not be set; the process runs
 // anyway. Call it before the first Start.
 //
-// The child asks to be traced (PTRACE_TRACEME) just before its exec, so
-// that it stops as soon as the exec has succeeded; the supervisor writes
-// /proc/PID/oom_score_adj and lets it go. Where tracing is forbidden (a
-// seccomp profile without ptrace, Yama's ptrace_scope 3) the score is
-// written right after the exec instead, and a program that forks at once
-// may leave children with the supervisor's own score; that gives them
-// nothing a process could not take itself, by lowering its own score back
-// to the minimum it inherited, which is the supervisor's.
+// A child inherits its parent's score when it is forked. So for the
+// moment of each fork the supervisor raises its own score to adj, and
+// goes back to its own right after: raising a score needs no privilege,
+// nor does going back to one the process held. (The process's score is
+// shared by all its threads, so forks take turns for that moment.) Should
+// the raise fail, the child's score is written right after its exec
+// instead, and a program that forks at once may leave children at the
+// supervisor's score; that gives them nothing a process could not take
+// itself, by lowering its own score back to the minimum it inherited,
+// which is the supervisor's.
 func (s *Supervisor) SetChildOOMScore(adj int, onError func(pid int, err error)) {
-	s.forkMu.RLock()
-	traced := traceExecWorks()
-	s.forkMu.RUnlock()
-	s.raiseOOM, s.childOOM, s.oomError, s.traceExec = true, adj, onError, traced
-}
-
-// TracesExec reports whether processes stop at their exec for their score
-// to be set (see SetChildOOMScore).
-func (s *Supervisor) TracesExec() bool { return s.traceExec }
-
-// traceExecWorks reports whether a child may ask to be traced. The probe
-// child asks, then executes a path that does not exist: ENOENT means the
-// request was granted and only the exec failed.
-func traceExecWorks() bool {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	_, err := syscall.ForkExec("/nonexistent/execd-ptrace-probe", []string{"probe"},
-		&syscall.ProcAttr{Sys: &syscall.SysProcAttr{Ptrace: true}})
-	return errors.Is(err, syscall.ENOENT)
+	own, err := ReadOOMScore(0)
+	if err != nil && onError != nil {
+		onError(os.Getpid(), err)
+	}
+	s.raiseOOM, s.childOOM, s.oomError, s.ownOOM = err == nil, adj, onError, own
 }
 
 // forkExec starts a process, giving it the child OOM score when one is
-// set. It returns the status of a child that died before it could be let
-// go (killed while stopped at its exec); nil when it runs. The caller
-// holds forkMu for reading, so the child cannot be reaped by anyone else.
-func (s *Supervisor) forkExec(path string, args []string, attr *syscall.ProcAttr) (pid int, died *syscall.WaitStatus, oomErr, err error) {
+// set (see SetChildOOMScore).
+func (s *Supervisor) forkExec(path string, args []string, attr *syscall.ProcAttr) (pid int, oomErr, err error) {
 	if !s.raiseOOM {
 		pid, err = syscall.ForkExec(path, args, attr)
-		return pid, nil, nil, err
+		return pid, nil, err
 	}
-	if !s.traceExec {
-		if pid, err = syscall.ForkExec(path, args, attr); err == nil {
-			oomErr = setOOMScore(pid, s.childOOM)
+	s.oomMu.Lock()
+	raised := setOOMScore(os.Getpid(), s.childOOM)
+	pid, err = syscall.ForkExec(path, args, attr)
+	if raised == nil {
+		if back := setOOMScore(os.Getpid(), s.ownOOM); back != nil {
+			oomErr = fmt.Errorf("go back to its own oom_score_adj %d after a fork: %w", s.ownOOM, back)
 		}
-		return pid, nil, oomErr, err
 	}
-	// The tracer is the thread that forked: the wait and the detach must
-	// come from it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	attr.Sys.Ptrace = true
-	if pid, err = syscall.ForkExec(path, args, attr); err != nil {
-		return 0, nil, nil, err
+	s.oomMu.Unlock()
+	if err == nil && raised != nil {
+		// The child has the supervisor's score: set its own now.
+		oomErr = errors.Join(raised, setOOMScore(pid, s.childOOM))
 	}
-	var ws syscall.WaitStatus
-	for {
-		_, werr := syscall.Wait4(pid, &ws, syscall.WALL, nil)
-		if werr == syscall.EINTR {
-			continue
-		}
-		if werr != nil {
-			return pid, nil, fmt.Errorf("wait for process %d to stop at its exec: %w", pid, werr), nil
-		}
-		break
-	}
-	if !ws.Stopped() {
-		return pid, &ws, nil, nil
-	}
-	oomErr = setOOMScore(pid, s.childOOM)
-	// SIGTRAP is the stop at the exec, and is dropped; another signal that
-	// arrived first is delivered.
-	var sig uintptr
-	if ws.StopSignal() != syscall.SIGTRAP {
-		sig = uintptr(ws.StopSignal())
-	}
-	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PTRACE, syscall.PTRACE_DETACH, uintptr(pid), 0, sig, 0, 0); errno != 0 && errno != syscall.ESRCH {
-		// Still stopped and traced: nothing else can let it go.
-		syscall.Kill(pid, syscall.SIGKILL)
-		return pid, nil, nil, fmt.Errorf("let process %d go after its exec: %w", pid, errno)
-	}
-	return pid, nil, oomErr, nil
+	return pid, oomErr, err
 }
 
 // setOOMScore writes adj to /proc/pid/oom_score_adj. A process that has
@@ -313,14 +275,12 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 
 	s.forks <- struct{}{}
 	s.forkMu.RLock()
-	pid, died, oomErr, err := s.forkExec(spec.Path, spec.Args, attr)
+	pid, oomErr, err := s.forkExec(spec.Path, spec.Args, attr)
 	if err == nil {
 		p.pid = pid
 		s.mu.Lock()
-		if died == nil {
-			s.waiting[pid] = p
-			s.live[p] = struct{}{}
-		}
+		s.waiting[pid] = p
+		s.live[p] = struct{}{}
 		s.mu.Unlock()
 	}
 	s.forkMu.RUnlock()
@@ -331,11 +291,6 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	}
 	if oomErr != nil && s.oomError != nil {
 		s.oomError(pid, oomErr)
-	}
-	if died != nil {
-		// Killed before it ran; its status is already collected.
-		p.finish(*died)
-		return p, nil
 	}
 	if !s.reapAll {
 		go p.waitOwn()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 func sh(t testing.TB, s *Supervisor, script string) *Process {
@@ -267,7 +269,8 @@ func readOOMScore(t *testing.T, pid int) int {
 // TestChildOOMScore: every process started gets the score before it runs,
 // so what it forks at once inherits it (with the score written after the
 // exec instead, that child kept the old score in 7 to 9 runs of 20); a
-// process of another user too.
+// process of another user too; and the supervisor is back at its own
+// score after every fork, with starts from many goroutines at once.
 func TestChildOOMScore(t *testing.T) {
 	own := readOOMScore(t, os.Getpid())
 	if own == 1000 {
@@ -276,9 +279,6 @@ func TestChildOOMScore(t *testing.T) {
 	s := NewSupervisor(false)
 	var failures []error
 	s.SetChildOOMScore(1000, func(pid int, err error) { failures = append(failures, err) })
-	if !s.TracesExec() {
-		t.Fatal("processes cannot ask to be traced here, so the score is set after their exec")
-	}
 
 	for range 20 {
 		r, w, _ := os.Pipe()
@@ -302,6 +302,22 @@ func TestChildOOMScore(t *testing.T) {
 		p.Signal(syscall.SIGKILL)
 		waitState(t, p)
 	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				p, err := s.Start(Spec{Path: "/bin/true", Args: []string{"true"}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				<-p.Done()
+			}
+		}()
+	}
+	wg.Wait()
 	if got := readOOMScore(t, os.Getpid()); got != own {
 		t.Errorf("the supervisor's own oom_score_adj changed from %d to %d", own, got)
 	}
@@ -322,25 +338,8 @@ func TestChildOOMScore(t *testing.T) {
 	}
 }
 
-// TestChildOOMScoreWithoutTracing is the fallback where tracing is
-// forbidden: the score is written right after the exec.
-func TestChildOOMScoreWithoutTracing(t *testing.T) {
-	s := NewSupervisor(false)
-	s.SetChildOOMScore(1000, nil)
-	s.traceExec = false
-	p, err := s.Start(Spec{Path: "/bin/sleep", Args: []string{"sleep", "30"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Signal(syscall.SIGKILL)
-	if got := readOOMScore(t, p.Pid()); got != 1000 {
-		t.Errorf("oom_score_adj %d, want 1000", got)
-	}
-}
-
-// TestChildOOMScoreSignals: a process started with tracing behaves as
-// any other: it is not left stopped, its exit status is its own, and a
-// signal reaches it.
+// TestChildOOMScoreSignals: a process started with a raised score
+// behaves as any other: its exit status is its own, a signal reaches it.
 func TestChildOOMScoreSignals(t *testing.T) {
 	s := NewSupervisor(false)
 	s.SetChildOOMScore(1000, nil)
@@ -370,5 +369,63 @@ func TestChildOOMScoreFailureIsReported(t *testing.T) {
 	}
 	if p.Exited() {
 		t.Error("the process did not survive a failed score")
+	}
+}
+
+// TestStartUnderSignalFlood: root in a sandbox may signal every process
+// of it, all the time (kill -URG -1 in a loop); starts must still all
+// finish. (A child that stopped for its tracer before its exec, as an
+// earlier way of setting the score made it, would have frozen every start
+// for good.) The test runs itself again as PID 1 of a new PID namespace,
+// so that kill -1 reaches only what it started there.
+func TestStartUnderSignalFlood(t *testing.T) {
+	if os.Getenv("OSB_SIGNAL_FLOOD_CHILD") == "1" {
+		signalFloodChild(t)
+		return
+	}
+	testenv.MustHaveRoot(t)
+	unshare := testenv.MustHaveCommand(t, "unshare")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, unshare, "--pid", "--fork", "--kill-child", "--mount-proc",
+		os.Args[0], "-test.run=^TestStartUnderSignalFlood$", "-test.v")
+	cmd.Env = append(os.Environ(), "OSB_SIGNAL_FLOOD_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("starts froze under a signal flood:\n%s", out)
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func signalFloodChild(t *testing.T) {
+	if os.Getpid() != 1 {
+		t.Fatalf("not PID 1 of a namespace of its own (pid %d)", os.Getpid())
+	}
+	s := NewSupervisor(true)
+	s.SetChildOOMScore(1000, nil)
+	flood, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "while :; do kill -URG -1; kill -WINCH -1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Signal(syscall.SIGKILL)
+	for i := range 300 {
+		done := make(chan error, 1)
+		go func() {
+			p, err := s.Start(Spec{Path: "/bin/true", Args: []string{"true"}})
+			if err == nil {
+				<-p.Done()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("start %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("start %d did not finish under the flood", i)
+		}
 	}
 }
