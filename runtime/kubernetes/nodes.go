@@ -65,7 +65,7 @@ func slimNode(obj any) (any, error) {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: n.Namespace, UID: n.UID, ResourceVersion: n.ResourceVersion},
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable},
+		Status:     corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable},
 	}, nil
 }
 
@@ -88,8 +88,11 @@ func (r *Runtime) HostSize(ctx context.Context) (sandbox.HostSize, error) {
 	return largestNode(nodes), nil
 }
 
-// largestNode is the HostSize of the largest of nodes, per resource. No
-// node leaves everything unknown.
+// largestNode is the HostSize of the largest of nodes, per resource: its
+// capacity, what the node has (a limit may go past what the node sets
+// aside for pods, its allocatable, as on Docker it may go past what is
+// free; only more than the node has can never be honoured). No node
+// leaves everything unknown.
 func largestNode(nodes []*corev1.Node) sandbox.HostSize {
 	var s sandbox.HostSize
 	if len(nodes) == 0 {
@@ -101,7 +104,10 @@ func largestNode(nodes []*corev1.Node) sandbox.HostSize {
 		s.Where = "the cluster's node (" + nodes[0].Name + ")"
 	}
 	for _, n := range nodes {
-		a := n.Status.Allocatable
+		a := n.Status.Capacity
+		if len(a) == 0 {
+			a = n.Status.Allocatable
+		}
 		s.CPUMillis = max(s.CPUMillis, quantity(a, corev1.ResourceCPU, true))
 		s.MemoryBytes = max(s.MemoryBytes, quantity(a, corev1.ResourceMemory, false))
 		s.GPUs = max(s.GPUs, quantity(a, resourceGPU, false))

@@ -35,6 +35,11 @@ func node(name, cpu, memory, gpus string) *corev1.Node {
 	return n
 }
 
+func withCapacity(n *corev1.Node, cpu, memory string) *corev1.Node {
+	n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	return n
+}
+
 func TestLargestNode(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -46,6 +51,10 @@ func TestLargestNode(t *testing.T) {
 			sandbox.HostSize{CPUMillis: 1900, MemoryBytes: 7 << 30, GPUsKnown: true, Where: "the cluster's node (n1)"}},
 		{"largest per resource", []*corev1.Node{node("cpu", "64", "8Gi", ""), node("mem", "4", "512Gi", ""), node("gpu", "8", "64Gi", "4")},
 			sandbox.HostSize{CPUMillis: 64000, MemoryBytes: 512 << 30, GPUs: 4, GPUsKnown: true, Where: "the largest node of the cluster"}},
+		// What the node has, not what it sets aside for pods: a limit of
+		// 4 CPUs on a 4-CPU node is one the node can honour.
+		{"capacity over allocatable", []*corev1.Node{withCapacity(node("n4", "3920m", "15Gi", ""), "4", "16Gi")},
+			sandbox.HostSize{CPUMillis: 4000, MemoryBytes: 16 << 30, GPUsKnown: true, Where: "the cluster's node (n4)"}},
 	}
 	for _, tt := range tests {
 		if got := largestNode(tt.nodes); got != tt.want {
@@ -77,7 +86,7 @@ func TestHostSizeFromNodes(t *testing.T) {
 	}
 	var want sandbox.HostSize
 	for i := range list.Items {
-		a := list.Items[i].Status.Allocatable
+		a := list.Items[i].Status.Capacity
 		want.CPUMillis = max(want.CPUMillis, a.Cpu().MilliValue())
 		want.MemoryBytes = max(want.MemoryBytes, a.Memory().Value())
 		if q, ok := a[resourceGPU]; ok {
