@@ -188,6 +188,21 @@ func TestAttackValidate(t *testing.T) {
 		return "none left"
 	})
 
+	// What the reference accepts and keeps is accepted: keys
+	// opensandbox.extensions.<suffix>, kept with the sandbox.
+	t.Run("opensandbox.extensions keys are kept", func(t *testing.T) {
+		s.t = t
+		r := sandboxRequest(busyboxImage, "sleep", "100000")
+		r.Extensions = map[string]string{"opensandbox.extensions.team": "ml"}
+		id := s.create(r)
+		s.waitState(id, "Running", 60*time.Second)
+		labels := docker(t, "inspect", "--format", `{{index .Config.Labels "opensandbox.extensions"}}`, "osb-"+id)
+		if !strings.Contains(labels, `"opensandbox.extensions.team":"ml"`) {
+			t.Errorf("the container's extensions label: %s", labels)
+		}
+		s.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
+	})
+
 	// The operator's options: listed extension keys pass, and so do
 	// local registries; nothing else does.
 	open := startServer(t, serverOptions{server: `allowed_extensions = ["team.*"]

@@ -33,12 +33,11 @@ func (s *Server) knownExtensions() (exact map[string]bool, prefixes []string) {
 	for _, k := range serverExtensions {
 		exact[k] = true
 	}
+	var keys []string
 	if er, ok := s.rt.(sandbox.ExtensionReader); ok {
-		for _, k := range er.ExtensionKeys() {
-			exact[k] = true
-		}
+		keys = er.ExtensionKeys()
 	}
-	for _, k := range s.cfg.AllowedExtensions {
+	for _, k := range slices.Concat(keys, s.cfg.AllowedExtensions) {
 		if p, ok := strings.CutSuffix(k, "*"); ok {
 			prefixes = append(prefixes, p)
 		} else {

@@ -180,6 +180,7 @@ type HostSizer interface {
 // extension key that neither it nor the runtime reads, unless the
 // operator lets the key through.
 type ExtensionReader interface {
-	// ExtensionKeys returns the keys the runtime reads.
+	// ExtensionKeys returns the keys the runtime reads; a key ending in
+	// "*" stands for every key with what precedes it as a prefix.
 	ExtensionKeys() []string
 }

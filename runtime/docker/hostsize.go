@@ -117,5 +117,13 @@ func gpusOf(dir string) (int64, bool) {
 	return n, true
 }
 
-// ExtensionKeys returns the extension the runtime reads: docker.runtime.
-func (r *Runtime) ExtensionKeys() []string { return []string{extRuntime} }
+// ExtensionKeys returns the extensions the runtime reads: docker.runtime,
+// and opensandbox.extensions.*, which it keeps with the sandbox (in its
+// container's labels, as the reference's Docker server does).
+func (r *Runtime) ExtensionKeys() []string { return []string{extRuntime, extPassThrough + "*"} }
+
+// extPassThrough prefixes the extensions a runtime keeps with the
+// sandbox for whoever looks at it: labels on Docker, annotations on
+// Kubernetes.
+const extPassThrough = "opensandbox.extensions."
+

@@ -127,6 +127,10 @@ func quantity(l corev1.ResourceList, name corev1.ResourceName, milli bool) int64
 	return q.Value()
 }
 
-// ExtensionKeys returns the extension the runtime reads:
-// kubernetes.runtimeClassName.
-func (r *Runtime) ExtensionKeys() []string { return []string{extRuntimeClass} }
+// ExtensionKeys returns the extensions the runtime reads:
+// kubernetes.runtimeClassName, and opensandbox.extensions.*, which it
+// copies to pod annotations opensandbox.io/extensions.<suffix>, as the
+// reference's Kubernetes server does.
+func (r *Runtime) ExtensionKeys() []string {
+	return []string{extRuntimeClass, extPassThrough + "*"}
+}

@@ -55,6 +55,9 @@ const (
 	annEntrypoint = "opensandbox.io/entrypoint"
 	annMetadata   = "opensandbox.io/metadata"
 	annExtensions = "opensandbox.io/extensions"
+	// extPassThrough prefixes the extensions copied to pod annotations
+	// annExtensions + "." + suffix, as the reference server does.
+	extPassThrough = "opensandbox.extensions."
 	annExpires    = "opensandbox.io/expires-at"
 	annSecure     = "opensandbox.io/secure-access"
 	annPlatform   = "opensandbox.io/platform"
@@ -139,6 +142,18 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	setJSON(ann, annEntrypoint, spec.Entrypoint)
 	setJSON(ann, annMetadata, spec.Metadata)
 	setJSON(ann, annExtensions, spec.Extensions)
+	for _, k := range slices.Sorted(maps.Keys(spec.Extensions)) {
+		suffix, ok := strings.CutPrefix(k, extPassThrough)
+		if !ok {
+			continue
+		}
+		key := annExtensions + "." + suffix
+		if errs := validation.IsQualifiedName(key); suffix == "" || len(errs) > 0 {
+			return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+				fmt.Sprintf("extensions[%q]: becomes pod annotation %q, which Kubernetes refuses: %s", k, key, strings.Join(errs, "; ")))
+		}
+		ann[key] = spec.Extensions[k]
+	}
 	if spec.ExpiresAt != nil {
 		ann[annExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -377,5 +378,31 @@ func TestOverlay(t *testing.T) {
 	o.gone("p")
 	if _, ok := o.resolve("p", nil, false); ok {
 		t.Fatal("a gone pod is found")
+	}
+}
+
+// TestPassThroughExtensions: extensions opensandbox.extensions.<suffix>
+// become pod annotations opensandbox.io/extensions.<suffix>, as the
+// reference server makes them; a suffix Kubernetes would refuse as an
+// annotation key is a 400 at create.
+func TestPassThroughExtensions(t *testing.T) {
+	cfg := Config{LabelScope: "unit", DefaultCPU: "1", DefaultMemory: "1Gi"}
+	spec := &sandbox.Spec{Image: "busybox", Extensions: map[string]string{
+		"opensandbox.extensions.team": "agents", "opensandbox.extensions.cost-center.id": "42"}}
+	pod, err := podFor(&cfg, "ns", "id-1", spec, time.Now(), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Annotations["opensandbox.io/extensions.team"]; got != "agents" {
+		t.Errorf("annotation extensions.team = %q", got)
+	}
+	if got := pod.Annotations["opensandbox.io/extensions.cost-center.id"]; got != "42" {
+		t.Errorf("annotation extensions.cost-center.id = %q", got)
+	}
+	for _, bad := range []string{"opensandbox.extensions.", "opensandbox.extensions.no spaces", "opensandbox.extensions." + strings.Repeat("x", 60)} {
+		_, err := podFor(&cfg, "ns", "id-2", &sandbox.Spec{Image: "busybox", Extensions: map[string]string{bad: "v"}}, time.Now(), "", 0)
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("extension %q: %v, want ErrInvalid", bad, err)
+		}
 	}
 }
