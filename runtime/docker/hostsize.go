@@ -126,4 +126,3 @@ func (r *Runtime) ExtensionKeys() []string { return []string{extRuntime, extPass
 // sandbox for whoever looks at it: labels on Docker, annotations on
 // Kubernetes.
 const extPassThrough = "opensandbox.extensions."
-

@@ -58,9 +58,9 @@ const (
 	// extPassThrough prefixes the extensions copied to pod annotations
 	// annExtensions + "." + suffix, as the reference server does.
 	extPassThrough = "opensandbox.extensions."
-	annExpires    = "opensandbox.io/expires-at"
-	annSecure     = "opensandbox.io/secure-access"
-	annPlatform   = "opensandbox.io/platform"
+	annExpires     = "opensandbox.io/expires-at"
+	annSecure      = "opensandbox.io/secure-access"
+	annPlatform    = "opensandbox.io/platform"
 	// annRevision is the revision of the pool template a warm pod was
 	// made from.
 	annRevision = "opensandbox.io/pool-revision"
