@@ -21,7 +21,7 @@ import (
 
 // pinTree makes root/{dir/sub, file, inside -> dir, out -> outside,
 // dir/up -> ..} and returns root and outside.
-func pinTree(t *testing.T) (root, outside string) {
+func pinTree(t testing.TB) (root, outside string) {
 	t.Helper()
 	tmp := t.TempDir()
 	root, outside = filepath.Join(tmp, "allowed"), filepath.Join(tmp, "outside")
@@ -319,4 +319,48 @@ func TestEngineSeesPins(t *testing.T) {
 	if err := engineSeesPins(true, pidFile); err == nil || !strings.Contains(err.Error(), "another mount namespace") {
 		t.Errorf("an engine in another mount namespace: %v", err)
 	}
+}
+
+// FuzzOpenBeneath: whatever path it is given (sub paths come from
+// requests, and the tree from sandboxes), openBeneath opens something
+// inside its root or nothing, by openat2 and by the walk alike; and it
+// never follows a link.
+func FuzzOpenBeneath(f *testing.F) {
+	root, outside := pinTree(f)
+	os.Symlink("/", filepath.Join(root, "dir", "sub", "to-root"))
+	os.Symlink("../../..", filepath.Join(root, "dir", "sub", "up3"))
+	for _, seed := range []string{"", ".", "dir", "dir/sub", "inside", "out", "dir/up", "dir/sub/to-root/etc",
+		"../outside", "dir/../../outside", "/etc", "dir/sub/up3/" + filepath.Base(outside), "a\x00b", "//dir//sub/"} {
+		f.Add(seed)
+	}
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, rel string) {
+		check := func(how string, fd int, err error) {
+			if err != nil {
+				return
+			}
+			defer unix.Close(fd)
+			got, rerr := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if got != root && !strings.HasPrefix(got, root+"/") {
+				t.Fatalf("%s %q opened %s, outside %s", how, rel, got, root)
+			}
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				t.Fatalf("%s %q opened a link", how, rel)
+			}
+		}
+		fd, err := openBeneath(root, rel)
+		check("openat2", fd, err)
+		clean := strings.Trim(filepath.Clean("/"+rel), "/")
+		if clean != "" && !strings.ContainsRune(clean, 0) {
+			fd, err = walkBeneath(rootFD, clean)
+			check("walk", fd, err)
+		}
+	})
 }
