@@ -1342,16 +1342,7 @@ func TestAttackFrozenEngine(t *testing.T) {
 		// the server dies; let through, they make containers for a server
 		// that is gone. The next server must adopt or remove every one.
 		before := s.scopeContainers()
-		gate.hold(true)
-		var ids []string
-		for range 3 {
-			ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
-		}
-		for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < 3; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d container creates reached the engine's gate, want 3", gate.heldCreates())
-			}
-		}
+		ids := holdCreates(t, s, gate, 3)
 		s.stop(syscall.SIGKILL)
 		gate.hold(false)
 		for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() < before+3; time.Sleep(20 * time.Millisecond) {
@@ -1377,16 +1368,7 @@ func TestAttackFrozenEngine(t *testing.T) {
 		// The deletes are answered before the engine has made the
 		// containers; when it does, the server must remove them.
 		before := s.scopeContainers()
-		gate.hold(true)
-		var ids []string
-		for range 3 {
-			ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
-		}
-		for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < 3; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d container creates reached the engine's gate, want 3", gate.heldCreates())
-			}
-		}
+		ids := holdCreates(t, s, gate, 3)
 		deletes := make(chan int, len(ids))
 		for _, id := range ids {
 			go func() {
@@ -1440,4 +1422,21 @@ func waitContainers(t *testing.T, s *server, n int) {
 			t.Fatalf("%d containers in the scope, want %d:\n%s", s.scopeContainers(), n, out)
 		}
 	}
+}
+
+// holdCreates makes n sandboxes whose container creates the gate holds
+// at the engine, and returns their ids once all n are held.
+func holdCreates(t *testing.T, s *server, gate *engineGate, n int) []string {
+	t.Helper()
+	gate.hold(true)
+	var ids []string
+	for range n {
+		ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
+	}
+	for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d container creates reached the engine's gate, want %d", gate.heldCreates(), n)
+		}
+	}
+	return ids
 }

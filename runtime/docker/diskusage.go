@@ -57,16 +57,24 @@ func (c *usageCounter) reset() {
 	clear(c.seen)
 }
 
+// firstSight reports whether the file st describes is met for the first
+// time in this measurement, and remembers it.
+func (c *usageCounter) firstSight(st *unix.Stat_t) bool {
+	k := inodeKey{uint64(st.Dev), st.Ino}
+	if _, ok := c.seen[k]; ok {
+		return false
+	}
+	if c.seen == nil {
+		c.seen = map[inodeKey]struct{}{}
+	}
+	c.seen[k] = struct{}{}
+	return true
+}
+
+// add counts a file's blocks, a file of several links once.
 func (c *usageCounter) add(st *unix.Stat_t) {
-	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		k := inodeKey{uint64(st.Dev), st.Ino}
-		if _, ok := c.seen[k]; ok {
-			return
-		}
-		if c.seen == nil {
-			c.seen = map[inodeKey]struct{}{}
-		}
-		c.seen[k] = struct{}{}
+	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR && !c.firstSight(st) {
+		return
 	}
 	c.total.Bytes += st.Blocks * 512
 	c.total.Files++
@@ -302,14 +310,9 @@ func (c *usageCounter) addUnlinkedFile(p string) {
 	case tmpfsMagic, ramfsMagic, hugetlbfsMagic:
 		return
 	}
-	k := inodeKey{uint64(st.Dev), st.Ino}
-	if _, ok := c.seen[k]; ok {
+	if !c.firstSight(&st) {
 		return
 	}
-	if c.seen == nil {
-		c.seen = map[inodeKey]struct{}{}
-	}
-	c.seen[k] = struct{}{}
 	c.total.Bytes += st.Blocks * 512
 	c.total.Hidden += st.Blocks * 512
 	c.total.Files++
