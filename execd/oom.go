@@ -45,7 +45,7 @@ func (s *Server) setUpOOMScores() {
 
 // spoolWriters bounds the log writes of background commands under way at
 // once (see threads.go).
-const spoolWriters = 4
+const spoolWriters = 2
 
 // defaultLogBudget is the default of Config.MaxLogBytesTotal: 256 MiB, or
 // where logs would live in memory, which counts against the sandbox's

@@ -23,8 +23,12 @@ import (
 // which holds no thread.
 
 // fileOps bounds the file-system requests served at once (files,
-// directories, archives, command logs); more wait for a turn.
-const fileOps = 32
+// directories, archives, command logs); more wait for a turn. Each turn
+// is a thread every sandbox keeps, and threads are processes to the
+// host: at 32 turns, 500 sandboxes took 26,000 of the 32,768 pids a
+// Linux host has by default, and creates failed.
+
+const fileOps = 8
 
 // ThreadsNeeded returns the most OS threads execd needs: one per
 // processor running Go code, the bounded blocking calls above, and a few
@@ -32,7 +36,7 @@ const fileOps = 32
 // template thread) with room to spare.
 func ThreadsNeeded() int {
 	procs := runtime.GOMAXPROCS(0)
-	return procs + max(2, procs) + fileOps + spoolWriters + 8
+	return procs + max(2, procs) + fileOps + spoolWriters + 4
 }
 
 // ReserveThreads has the runtime make OS threads until it has at least n,
