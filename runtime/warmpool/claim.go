@@ -53,8 +53,10 @@ type Candidate struct {
 // see sandbox.Pool.Satisfies). pools must be sorted by name.
 //
 // A claim takes the oldest ready warm sandbox. One another claim took
-// first is skipped, as many times as it takes: a claim answers
-// sandbox.ErrPoolEmpty only when no warm sandbox it can see is left. A
+// first is skipped, as many times as it takes, and while the ready ones
+// are all being taken by other claims of this process, a claim waits for
+// those to end: it answers sandbox.ErrPoolEmpty only when no warm
+// sandbox it can see is left. A
 // failed hand-over discards that sandbox and tries the next, at most
 // MaxHandOverFailures times, then answers ErrPoolEmpty. A request execd
 // refuses as bad is answered with that error, the sandbox staying warm.
@@ -92,14 +94,30 @@ func Claim(ctx context.Context, c Claimer, pools []Candidate, name string, spec 
 			return nil, err
 		}
 		var (
-			m     Member
-			taken *Candidate
+			m       Member
+			taken   *Candidate
+			pending <-chan struct{}
 		)
 		for i := range candidates {
-			if mm, ok := candidates[i].Tracker.reserve(candidates[i].Pool, c.Members(candidates[i].Pool), skip); ok {
+			mm, ok, wait := candidates[i].Tracker.reserve(candidates[i].Pool, c.Members(candidates[i].Pool), skip)
+			if ok {
 				m, taken = mm, &candidates[i]
 				break
 			}
+			if pending == nil {
+				pending = wait
+			}
+		}
+		if taken == nil && pending != nil {
+			// Every ready sandbox is being taken by other claims of this
+			// process; one of them may yet come back (its take did not
+			// happen, or execd refused that claim's request). Look again
+			// once one of those claims ends.
+			select {
+			case <-pending:
+			case <-ctx.Done():
+			}
+			continue
 		}
 		if taken == nil {
 			miss(candidates[0], obs)
@@ -145,20 +163,30 @@ func miss(p Candidate, obs sandbox.Observer) {
 
 // reserve picks the oldest ready warm sandbox of def no claim of this
 // process is taking, and marks it taken by the caller until release.
-func (t *Tracker) reserve(def *sandbox.Pool, members []Member, skip map[sandbox.ID]bool) (Member, bool) {
+// When there is none but other claims of this process are taking some,
+// it returns a channel closed when one of them ends.
+func (t *Tracker) reserve(def *sandbox.Pool, members []Member, skip map[sandbox.ID]bool) (Member, bool, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m, ok := pick(def, members, func(id sandbox.ID) bool { return skip[id] || t.claiming[id] })
 	if ok {
 		t.claiming[m.ID] = true
+		return m, true, nil
 	}
-	return m, ok
+	if len(t.claiming) > 0 {
+		return Member{}, false, t.released
+	}
+	return Member{}, false, nil
 }
 
+// release ends the caller's reservation of id, and wakes the claims
+// waiting for one to end.
 func (t *Tracker) release(id sandbox.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.claiming, id)
+	close(t.released)
+	t.released = make(chan struct{})
 }
 
 // claimTimeout bounds the call to execd's /claim.

@@ -27,6 +27,9 @@ type pool struct {
 	// interfere, when set, runs before each take: another claimer's
 	// chance to get there first.
 	interfere func(id sandbox.ID)
+	// notTaken, when set and true for a member, makes the take fail
+	// without taking it, as when its token cannot be read just now.
+	notTaken func(id sandbox.ID) bool
 }
 
 func newPool(n int) *pool {
@@ -51,6 +54,9 @@ func (p *pool) Members(def *sandbox.Pool) []Member {
 func (p *pool) HandOver(ctx context.Context, def *sandbox.Pool, m Member, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
 	if p.interfere != nil {
 		p.interfere(m.ID)
+	}
+	if p.notTaken != nil && p.notTaken(m.ID) {
+		return nil, fmt.Errorf("sandbox %s: token unknown: %w", m.ID, ErrLost)
 	}
 	p.mu.Lock()
 	cur := p.members[m.ID]
@@ -166,6 +172,53 @@ func TestClaimConcurrent(t *testing.T) {
 		st := tr.Status(testDef(1, sandbox.Capacity{}), nil)
 		if int(st.Claims) != len(got) || int(st.Misses) != empty || obs.hits != len(got) || obs.misses != empty {
 			t.Errorf("counts: status %+v, observer %d hits %d misses", st, obs.hits, obs.misses)
+		}
+	}
+}
+
+// TestClaimWaitsForClaimsUnderWay: a take that fails without anyone
+// winning the sandbox (its token not readable at that moment) while every
+// other sandbox is being taken by other claims: the claims that found
+// them all taken wait, and one of them gets it; none is left warm.
+func TestClaimWaitsForClaimsUnderWay(t *testing.T) {
+	for range 20 {
+		p := newPool(5)
+		var once sync.Once
+		p.notTaken = func(id sandbox.ID) bool {
+			refused := false
+			if id == "w0" {
+				once.Do(func() {
+					time.Sleep(20 * time.Millisecond) // the other claims pick meanwhile
+					refused = true
+				})
+			}
+			return refused
+		}
+		tr := NewTracker()
+		var (
+			mu    sync.Mutex
+			got   = map[sandbox.ID]int{}
+			empty int
+			wg    sync.WaitGroup
+		)
+		for range 30 {
+			wg.Go(func() {
+				sb, err := Claim(context.Background(), p, candidates(tr), "p", &sandbox.Spec{}, sandbox.NopObserver{})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.Is(err, sandbox.ErrPoolEmpty):
+					empty++
+				case err != nil:
+					t.Errorf("claim: %v", err)
+				default:
+					got[sb.ID]++
+				}
+			})
+		}
+		wg.Wait()
+		if len(got) != 5 || empty != 25 || got["w0"] != 1 {
+			t.Fatalf("%d handed out (w0 %d times), %d empty; want 5 and 25", len(got), got["w0"], empty)
 		}
 	}
 }

@@ -112,13 +112,16 @@ type Tracker struct {
 	handOverErr string
 	// claiming holds the warm sandboxes this process's claims are
 	// taking, so that two claims of one process do not race for one.
-	claiming       map[sandbox.ID]bool
+	claiming map[sandbox.ID]bool
+	// released is closed, and replaced, whenever such a claim ends.
+	released       chan struct{}
 	claims, misses uint64
 }
 
 // NewTracker returns the tracker of a pool with no history.
 func NewTracker() *Tracker {
-	return &Tracker{counted: map[sandbox.ID]bool{}, ready: map[sandbox.ID]bool{}, claiming: map[sandbox.ID]bool{}}
+	return &Tracker{counted: map[sandbox.ID]bool{}, ready: map[sandbox.ID]bool{}, claiming: map[sandbox.ID]bool{},
+		released: make(chan struct{})}
 }
 
 // backoff is the wait after n failed starts in a row.
