@@ -336,12 +336,15 @@ func (r *Runtime) allPods() []*corev1.Pod {
 }
 
 // poolInfo counts a pool's pods. lastErr is the leader's report of the
-// pool's error, for replicas that do not lead.
+// pool's error, for replicas that do not lead (the leader's own tracker
+// is fresher).
 func (r *Runtime) poolInfo(p *sandbox.Pool, lastErr string) *sandbox.PoolInfo {
 	members, _ := r.members(r.allPods(), p.Name)
 	info := &sandbox.PoolInfo{Pool: *p}
 	info.Status = r.pools.get(p.Name).Status(p, members)
-	info.Status.Error = cmp.Or(info.Status.Error, lastErr)
+	if !r.Leading() {
+		info.Status.Error = cmp.Or(info.Status.Error, lastErr)
+	}
 	return info
 }
 
