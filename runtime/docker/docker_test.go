@@ -82,5 +82,6 @@ func TestConformance(t *testing.T) {
 		Entrypoint:   []string{"sleep", "1000000"},
 		MissingImage: "127.0.0.1:1/opensandbox/missing:latest",
 		Reach:        runtimetest.ReachExecd,
+		StartTimeout: max(60*time.Second, testwait.Timeout()),
 	})
 }
