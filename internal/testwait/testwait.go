@@ -2,8 +2,10 @@
 // scaled to how fast this machine starts a container right now, and makes
 // a wait that runs out say what the thing waited on was doing.
 //
-// The pace is the time a cold `docker run --rm --pull never IMAGE true`
-// of a local image takes, measured once per test binary, the first time a
+// The pace is the time a cold `docker run --rm --pull never -p
+// 127.0.0.1::8080 IMAGE true` of a local image takes (a published port, as
+// sandboxes have: the engine's port and firewall work is often what a
+// busy machine makes slow), measured once per test binary, the first time a
 // deadline is asked for. A wait may take Factor times the pace per sandbox
 // start it covers, and never less than Floor. Before a wait gives up it
 // measures the pace again, since the machine may have become busier since
@@ -53,7 +55,7 @@ func measureDocker() (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), measureTimeout)
 	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--pull", "never", Image, "true").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--pull", "never", "-p", "127.0.0.1::8080", Image, "true").CombinedOutput()
 	d := time.Since(start)
 	if ctx.Err() != nil {
 		return measureTimeout, nil // the engine is that slow: that is the pace
