@@ -142,12 +142,18 @@ func (p *Pools) Wait(ctx context.Context, name string, n int, interval time.Dura
 	if interval <= 0 {
 		interval = 100 * time.Millisecond
 	}
+	var st *api.PoolStatus
 	for {
 		pool, err := p.Get(ctx, name)
 		if err != nil {
+			if ctx.Err() != nil {
+				// The wait ran out during a request: say how far the pool
+				// had got when last seen.
+				return nil, &PoolWaitError{Name: name, Want: n, Status: st, Err: ctx.Err()}
+			}
 			return nil, err
 		}
-		st := pool.Status
+		st = pool.Status
 		if st != nil && st.Available >= n {
 			return pool, nil
 		}
