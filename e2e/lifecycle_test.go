@@ -88,7 +88,7 @@ func TestLifecycle(t *testing.T) {
 	if sb := s.waitState(created.ID, "Paused", 10*time.Second); sb.Status.State != "Paused" {
 		t.Fatal("not paused")
 	}
-	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, api.CodeDockerSandboxNotRunning)
 	time.Sleep(500 * time.Millisecond)
 	s.call("POST", "/v1/sandboxes/"+created.ID+"/resume", nil, 202, nil)
 	s.waitState(created.ID, "Running", 10*time.Second)
@@ -113,7 +113,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Delete.
 	s.call("DELETE", "/v1/sandboxes/"+created.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, api.CodeDockerSandboxNotFound)
 	if n := s.scopeContainers(); n != 0 {
 		t.Fatalf("%d containers left after delete", n)
 	}
@@ -186,7 +186,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("snapshots of %s: %+v", id, list)
 	}
 	s.call("DELETE", "/v1/snapshots/"+snap.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, "SNAPSHOT::NOT_FOUND")
+	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, api.CodeSnapshotNotFound)
 }
 
 // TestVolumesThroughAPI: a host directory under the allowlist mounts; one
@@ -206,7 +206,7 @@ func TestVolumesThroughAPI(t *testing.T) {
 	before := s.scopeContainers()
 	outside := sandboxRequest(busyboxImage, "sleep", "1")
 	outside.Volumes = []api.Volume{{Name: "etc", MountPath: "/host-etc", Host: &api.HostVolume{Path: "/etc"}}}
-	s.wantError("POST", "/v1/sandboxes", outside, 400, "VOLUME::HOST_PATH_NOT_ALLOWED")
+	s.wantError("POST", "/v1/sandboxes", outside, 400, api.CodeVolumeHostPathNotAllowed)
 	sock := sandboxRequest(busyboxImage, "sleep", "1")
 	sock.Volumes = []api.Volume{{Name: "sock", MountPath: "/sock", Host: &api.HostVolume{Path: "/var/run/docker.sock"}}}
 	s.wantError("POST", "/v1/sandboxes", sock, 400, "")
