@@ -2,6 +2,7 @@ package api
 
 import (
 	"flag"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -113,6 +114,32 @@ var codeRE = regexp.MustCompile(`[A-Z_]+::[A-Z_]+`)
 // Golden files that must spell codes out are data under testdata/, which
 // this test does not read.
 func TestNoLiteralCodes(t *testing.T) {
+	moduleLiterals(t, func(pos string, lit *ast.BasicLit, s string) {
+		if lit.Kind == token.STRING {
+			if code := codeRE.FindString(s); code != "" {
+				t.Errorf("%s: literal error code %s: use its constant in package api (api/codes.go)", pos, code)
+			}
+		}
+	})
+}
+
+// TestNoLiteralExecdPort keeps execd's port in one constant, ExecdPort:
+// the number may not appear in the module's Go code elsewhere, as a
+// number or inside a string.
+func TestNoLiteralExecdPort(t *testing.T) {
+	port := strconv.Itoa(ExecdPort)
+	moduleLiterals(t, func(pos string, lit *ast.BasicLit, s string) {
+		if (lit.Kind == token.INT && s == port) || (lit.Kind == token.STRING && strings.Contains(s, port)) {
+			t.Errorf("%s: %s: use api.ExecdPort", pos, lit.Value)
+		}
+	})
+}
+
+// moduleLiterals calls f with each string and integer literal of the
+// module's Go files outside this package: its position relative to the
+// module root, the literal, and its value (a string unquoted).
+func moduleLiterals(t *testing.T, f func(pos string, lit *ast.BasicLit, value string)) {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -143,28 +170,30 @@ func TestNoLiteralCodes(t *testing.T) {
 		if !strings.HasSuffix(path, ".go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
 		files++
-		if filepath.Dir(path) == here && (f.Name.Name == "api" || f.Name.Name == "api_test") {
+		if filepath.Dir(path) == here && (file.Name.Name == "api" || file.Name.Name == "api_test") {
 			return nil
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
+		ast.Inspect(file, func(n ast.Node) bool {
 			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
+			if !ok || (lit.Kind != token.STRING && lit.Kind != token.INT) {
 				return true
 			}
-			s, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				t.Errorf("%s: unquote %s: %v", fset.Position(lit.Pos()), lit.Value, err)
-				return true
+			p := fset.Position(lit.Pos())
+			rel, _ := filepath.Rel(root, p.Filename)
+			pos := fmt.Sprintf("%s:%d", rel, p.Line)
+			value := lit.Value
+			if lit.Kind == token.STRING {
+				if value, err = strconv.Unquote(lit.Value); err != nil {
+					t.Errorf("%s: unquote %s: %v", pos, lit.Value, err)
+					return true
+				}
 			}
-			if code := codeRE.FindString(s); code != "" {
-				rel, _ := filepath.Rel(root, fset.Position(lit.Pos()).Filename)
-				t.Errorf("%s:%d: literal error code %s: use its constant in package api (api/codes.go)", rel, fset.Position(lit.Pos()).Line, code)
-			}
+			f(pos, lit, value)
 			return true
 		})
 		return nil
@@ -175,5 +204,4 @@ func TestNoLiteralCodes(t *testing.T) {
 	if files < 100 {
 		t.Fatalf("read only %d Go files under %s; the walk missed the module", files, root)
 	}
-	t.Logf("read %d Go files", files)
 }

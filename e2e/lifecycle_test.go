@@ -39,7 +39,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("create answered %+v", created)
 	}
 	// The Python and JavaScript SDKs resolve both endpoints at once.
-	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/44772", nil, 200, nil)
+	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/"+execdPort, nil, 200, nil)
 	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/18080", nil, 200, nil)
 	sb := s.waitState(created.ID, "Running", 60*time.Second)
 	if sb.Image == nil || sb.Image.URI != pythonImage || sb.Metadata["team"] != "ml" || sb.ExpiresAt == nil ||
@@ -429,7 +429,7 @@ func TestServerProxy(t *testing.T) {
 	// execd itself through the server proxy: a terminal over WebSocket,
 	// with only the endpoint's headers, as an SDK in proxy mode does.
 	var execdEP api.Endpoint
-	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772?use_server_proxy=true", nil, 200, &execdEP)
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort+"?use_server_proxy=true", nil, 200, &execdEP)
 	c := &container{t: t, base: "http://" + execdEP.Endpoint, token: execdEP.Headers[api.HeaderExecdToken], hc: &http.Client{}}
 	var sess api.PTYSession
 	c.call("POST", "/pty", nil, 201, &sess)

@@ -242,7 +242,7 @@ func TestProxyUseServerProxy(t *testing.T) {
 	rt := newRouted(hostOf(backend))
 	e := newEnvWith(t, rt)
 	id := e.create("")
-	for _, port := range []int{sandbox.PortExecd, 8080, 31337} {
+	for _, port := range []int{api.ExecdPort, 8080, 31337} {
 		var ep api.Endpoint
 		e.call("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/%d?use_server_proxy=true", id, port), "").wantStatus(t, 200).decode(t, &ep)
 		req, _ := http.NewRequest("GET", "http://"+ep.Endpoint+"/ping", nil)

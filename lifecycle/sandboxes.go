@@ -232,7 +232,7 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})
 	}
-	execd, err := s.rt.Endpoint(r.Context(), id, sandbox.PortExecd)
+	execd, err := s.rt.Endpoint(r.Context(), id, api.ExecdPort)
 	if err != nil {
 		return err
 	}

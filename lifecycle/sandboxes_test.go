@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -519,8 +520,9 @@ func TestEndpoint(t *testing.T) {
 	token := rt.Token(sandbox.ID(id))
 
 	var ep api.Endpoint
-	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772", "").wantStatus(t, 200).decode(t, &ep)
-	if ep.Endpoint != "fake.invalid:44772" || ep.Headers[sandbox.HeaderExecdToken] != token {
+	execdPort := strconv.Itoa(api.ExecdPort)
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, "").wantStatus(t, 200).decode(t, &ep)
+	if ep.Endpoint != "fake.invalid:"+execdPort || ep.Headers[sandbox.HeaderExecdToken] != token {
 		t.Fatalf("endpoint %+v", ep)
 	}
 	for _, q := range []string{"?use_server_proxy=true", "?use_server_proxy=True", "?use_server_proxy=1"} {

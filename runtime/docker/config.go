@@ -285,7 +285,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		// Started without its entrypoint, which a claim brings.
 		cmd = []string{"--claimable", "--"}
 	}
-	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
+	execdPort, appPort := nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort)), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
 	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
 	if !spec.SecureAccess {

@@ -561,7 +561,7 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	if e, err = r.getLocked(id); err != nil { // deleted while waiting
 		return sandbox.Endpoint{}, err
 	}
-	execd, ok := e.ports[sandbox.PortExecd]
+	execd, ok := e.ports[api.ExecdPort]
 	if !ok {
 		st := e.sb.Status
 		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, api.CodeDockerNetworkModeEndpointUnavailable,
@@ -569,7 +569,7 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	}
 	headers := map[string]string{sandbox.HeaderExecdToken: e.token}
 	switch {
-	case port == sandbox.PortExecd:
+	case port == api.ExecdPort:
 		return sandbox.Endpoint{Address: r.publicAddr(execd), Headers: headers}, nil
 	case port == sandbox.PortApp && !e.sb.SecureAccess:
 		if app, ok := e.ports[sandbox.PortApp]; ok {

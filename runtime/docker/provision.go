@@ -125,7 +125,7 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	r.mu.Unlock()
 	e.markPortsKnown()
 	r.disk.started(id, info) // its storage limit holds from its first write
-	execd, ok := info.Ports[sandbox.PortExecd]
+	execd, ok := info.Ports[api.ExecdPort]
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}
 	}

@@ -312,7 +312,7 @@ func (r *Runtime) secretSeen(obj any) {
 // readiness probe.
 func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 	defer r.wg.Done()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/ping"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/ping"
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	wait := 25 * time.Millisecond
 	defer func() {
@@ -764,14 +764,14 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 		}
 	}
 	ip := pod.Status.PodIP
-	execd := net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd))
+	execd := net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))
 	token, err := r.tokenFor(ctx, id)
 	if err != nil {
 		return sandbox.Endpoint{}, err
 	}
 	headers := map[string]string{sandbox.HeaderExecdToken: token}
 	switch {
-	case port == sandbox.PortExecd:
+	case port == api.ExecdPort:
 		return sandbox.Endpoint{Address: execd, Headers: headers}, nil
 	case pod.Annotations[annSecure] == "true":
 		// Every port goes through execd's proxy, which wants the token.

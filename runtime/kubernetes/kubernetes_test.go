@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testregistry"
 	"github.com/opensandbox/opensandbox/lifecycle"
@@ -47,7 +48,7 @@ func TestNoTokenInPodSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestFailuresHaveReasons(t *testing.T) {
 		})
 	}
 	// Endpoint does not wait for an address a failed sandbox never gets.
-	if _, err := rt.Endpoint(ctx, huge, sandbox.PortExecd); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := rt.Endpoint(ctx, huge, api.ExecdPort); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("Endpoint of a failed sandbox: %v, want ErrConflict", err)
 	}
 }
@@ -350,7 +351,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		if sb.Metadata["by"] != "claim" || len(sb.Entrypoint) != 2 {
 			t.Fatalf("claimed sandbox %s: %+v", id, sb)
 		}
-		ep, err := a.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, err := a.Endpoint(ctx, id, api.ExecdPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +368,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		one = id
 		break
 	}
-	ep, _ := b.Endpoint(ctx, one, sandbox.PortExecd)
+	ep, _ := b.Endpoint(ctx, one, api.ExecdPort)
 	out := runCommand(t, ep, "echo $CLAIMED; ps")
 	if !strings.Contains(out, "yes") || !strings.Contains(out, "sleep 12345") {
 		t.Fatalf("claimed sandbox: env or entrypoint missing:\n%s", out)
@@ -456,7 +457,7 @@ func TestGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +507,7 @@ func TestExecdFromHostDir(t *testing.T) {
 	if err != nil || len(pod.Spec.InitContainers) != 0 {
 		t.Fatalf("pod: %v, init containers %d", err, len(pod.Spec.InitContainers))
 	}
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func TestPullWithCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

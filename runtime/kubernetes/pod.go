@@ -263,13 +263,13 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		Command:         []string{execdInSandbox},
 		Args:            args,
 		Env:             env,
-		Ports:           []corev1.ContainerPort{{Name: "execd", ContainerPort: sandbox.PortExecd, Protocol: corev1.ProtocolTCP}},
+		Ports:           []corev1.ContainerPort{{Name: "execd", ContainerPort: api.ExecdPort, Protocol: corev1.ProtocolTCP}},
 		// The kubelet's view of "execd answers": execd listens once it
 		// serves (every route, /ping too, wants the token, which the
 		// kubelet has not). The runtime also asks execd's /ping itself,
 		// so a sandbox is Running before the probe's next period.
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(sandbox.PortExecd)}},
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(api.ExecdPort)}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   1,
 			FailureThreshold: 3,

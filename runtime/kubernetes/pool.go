@@ -589,7 +589,7 @@ func (r *Runtime) claimExecd(ctx context.Context, ip, oldToken string, claim api
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/claim"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/claim"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err

@@ -15,13 +15,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 )
 
-// ExecdPort is execd's port in every sandbox.
-const ExecdPort = "44772"
+// ExecdPort is execd's port in every sandbox, as paths spell it.
+var ExecdPort = strconv.Itoa(api.ExecdPort)
 
 // ErrTimeout is wrapped by the errors of a wait that ran out of time.
 var ErrTimeout = errors.New("timed out")
