@@ -13,7 +13,6 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -73,7 +72,7 @@ func TestFailedSandboxKeepsItsLog(t *testing.T) {
 	ctx := context.Background()
 	id := start(t, rt, sandbox.Spec{Entrypoint: []string{"sh", "-c", "echo the-entrypoint-spoke; sleep 1000"}})
 	exec.Command("docker", "kill", containerName(id)).Run()
-	waitFor(t, "Failed", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.State == sandbox.StateFailed })
+	waitState(t, rt, id, sandbox.StateFailed)
 	rt.Reconcile(ctx)
 	logs, err := rt.Logs(ctx, id, 0, time.Time{})
 	if err != nil || !strings.Contains(logs, "the-entrypoint-spoke") || !strings.Contains(logs, "execd listening") {
@@ -255,5 +254,5 @@ func TestForeignNamedVolumesRefused(t *testing.T) {
 	if _, err := allowed.Create(ctx, id, spec); err != nil {
 		t.Fatalf("allowlisted volume: %v", err)
 	}
-	runtimetest.WaitState(t, allowed, id, sandbox.StateRunning, 30*time.Second)
+	waitState(t, allowed, id, sandbox.StateRunning)
 }
