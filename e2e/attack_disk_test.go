@@ -277,7 +277,7 @@ time.sleep(1000000)
 		resp, body := s.do("POST", "/v1/sandboxes", req)
 		var e api.ErrorResponse
 		json.Unmarshal(body, &e)
-		if resp.StatusCode != 400 || e.Code != "SANDBOX::INVALID_PARAMETER" || !strings.Contains(e.Message, "ephemeral-storage") {
+		if resp.StatusCode != 400 || e.Code != api.CodeSandboxInvalidParameter || !strings.Contains(e.Message, "ephemeral-storage") {
 			t.Fatalf("create with ephemeral-storage \"lots\": %d %s, want 400 naming the key", resp.StatusCode, body)
 		}
 		return "400: " + e.Message

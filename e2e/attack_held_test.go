@@ -301,7 +301,7 @@ func TestAttackAuth(t *testing.T) {
 				})
 				continue
 			}
-			path := mount + fillPattern(t, r.pattern, map[string]string{"id": a, "port": "44772", "name": "pwned"})
+			path := mount + fillPattern(t, r.pattern, map[string]string{"id": a, "port": execdPort, "name": "pwned"})
 			attack(t, name, func(t *testing.T) string {
 				creds := lifecycleCreds
 				if r.pattern == "/metrics" {
@@ -327,7 +327,7 @@ func TestAttackAuth(t *testing.T) {
 				// The same route with the key must get past authentication,
 				// or the 401s above would prove nothing. Harmless ids: the
 				// key may do anything.
-				okPath := mount + fillPattern(t, r.pattern, map[string]string{"id": "00000000-0000-4000-8000-000000000000", "port": "44772", "name": "no-such-pool"})
+				okPath := mount + fillPattern(t, r.pattern, map[string]string{"id": "00000000-0000-4000-8000-000000000000", "port": execdPort, "name": "no-such-pool"})
 				okCred := credentials{name: "the key", header: map[string]string{api.HeaderAPIKey: s.key}}
 				status, body := tryRequest(t, r.method, s.base, okPath, "{}", okCred, nil)
 				if status == 401 || status == 405 || strings.Contains(body, "no route for") {
@@ -353,7 +353,7 @@ func TestAttackAuth(t *testing.T) {
 		for _, target := range []string{"//v1/sandboxes", "/v1//sandboxes", "/v1/./sandboxes", "/v1/health/../sandboxes",
 			"/health/../v1/sandboxes", "/v1/health%2F..%2Fsandboxes", "/%76%31/sandboxes", "/v1/sandboxes/" + a + "/%2e%2e",
 			"/health/", "/v1/health/x", "/v1/sandboxes?x=/health", "/v1/metrics/../sandboxes", "/V1/SANDBOXES",
-			"/v1/sandboxes/" + a + "/proxy/44772/../../../" + a, "http://" + s.listen + "/v1/sandboxes"} {
+			"/v1/sandboxes/" + a + "/proxy/" + execdPort + "/../../../" + a, "http://" + s.listen + "/v1/sandboxes"} {
 			status, body := rawRequest(t, s.listen, "GET", target, nil)
 			if status < 400 || status >= 500 || strings.Contains(body, a) {
 				t.Errorf("GET %s: %d %.200s, want a refusal", target, status, body)
@@ -380,9 +380,9 @@ func TestAttackAuth(t *testing.T) {
 	for _, mount := range []string{"", "/v1"} {
 		for _, pr := range []struct{ method, rest, body string }{
 			{"GET", "/proxy/8080/hostname", ""},
-			{"GET", "/proxy/44772/ping", ""},
-			{"POST", "/proxy/44772/command", `{"command":"touch /tmp/pwned-proxy"}`},
-			{"GET", "/proxy/44772/files/download?path=/etc/hostname", ""},
+			{"GET", "/proxy/" + execdPort + "/ping", ""},
+			{"POST", "/proxy/" + execdPort + "/command", `{"command":"touch /tmp/pwned-proxy"}`},
+			{"GET", "/proxy/" + execdPort + "/files/download?path=/etc/hostname", ""},
 		} {
 			path := mount + "/sandboxes/" + a + pr.rest
 			attack(t, "server proxy "+pr.method+" "+mount+"/sandboxes/A"+pr.rest, func(t *testing.T) string {
@@ -391,7 +391,7 @@ func TestAttackAuth(t *testing.T) {
 						t.Errorf("%s %s with %s: %d %.200s, want 401", pr.method, path, cred.name, status, body)
 					}
 				}
-				status, _ := tryRequest(t, "GET", s.base, mount+"/sandboxes/"+a+"/proxy/44772/ping", "",
+				status, _ := tryRequest(t, "GET", s.base, mount+"/sandboxes/"+a+"/proxy/"+execdPort+"/ping", "",
 					credentials{name: "A's token", header: map[string]string{api.HeaderExecdToken: ca.token}}, nil)
 				if status != 200 {
 					t.Fatalf("the proxy with sandbox A's own token: %d, want 200", status)
@@ -401,7 +401,7 @@ func TestAttackAuth(t *testing.T) {
 		}
 	}
 	attack(t, "server proxy WebSocket upgrade to A's terminal", func(t *testing.T) string {
-		path := "/v1/sandboxes/" + a + "/proxy/44772/pty/" + pty.SessionID + "/ws"
+		path := "/v1/sandboxes/" + a + "/proxy/" + execdPort + "/pty/" + pty.SessionID + "/ws"
 		for _, cred := range proxyCreds {
 			if status, body := tryRequest(t, "GET", s.base, path, "", cred, wsUpgrade); status != 401 {
 				t.Errorf("upgrade with %s: %d %.200s, want 401", cred.name, status, body)
@@ -416,10 +416,10 @@ func TestAttackAuth(t *testing.T) {
 	attack(t, "server proxy with B's token and an id that walks from B to A", func(t *testing.T) string {
 		var got []string
 		for _, id := range []string{b + "%2F..%2F" + a, b + "%2F%2E%2E%2F" + a, b + "/../" + a, a + "%00" + b, b + "," + a} {
-			status, body := rawRequest(t, s.listen, "GET", "/v1/sandboxes/"+id+"/proxy/44772/ping",
+			status, body := rawRequest(t, s.listen, "GET", "/v1/sandboxes/"+id+"/proxy/"+execdPort+"/ping",
 				map[string]string{api.HeaderExecdToken: cb.token})
 			if status == 200 {
-				t.Errorf("B's token on /v1/sandboxes/%s/proxy/44772/ping: %d %.200s", id, status, body)
+				t.Errorf("B's token on /v1/sandboxes/%s/proxy/%d/ping: %d %.200s", id, api.ExecdPort, status, body)
 			}
 			got = append(got, fmt.Sprint(status))
 		}
@@ -499,13 +499,13 @@ func TestAttackAuth(t *testing.T) {
 	// The port proxy sits outside the route table: execd's own port, the
 	// app's, and a closed one, and a WebSocket through it.
 	targets = append(targets,
-		execdTarget{name: "GET /proxy/44772/ping", method: "GET", path: "/proxy/44772/ping", okPath: "/proxy/44772/ping"},
-		execdTarget{name: "POST /proxy/44772/command", method: "POST", path: "/proxy/44772/command", okPath: "/proxy/44772/command"},
-		execdTarget{name: "GET /proxy/44772/pty/{id}/ws", method: "GET", path: "/proxy/44772/pty/" + pty.SessionID + "/ws", okPath: "/proxy/44772/pty/nope/ws", header: wsUpgrade},
+		execdTarget{name: "GET /proxy/" + execdPort + "/ping", method: "GET", path: "/proxy/" + execdPort + "/ping", okPath: "/proxy/" + execdPort + "/ping"},
+		execdTarget{name: "POST /proxy/" + execdPort + "/command", method: "POST", path: "/proxy/" + execdPort + "/command", okPath: "/proxy/" + execdPort + "/command"},
+		execdTarget{name: "GET /proxy/" + execdPort + "/pty/{id}/ws", method: "GET", path: "/proxy/" + execdPort + "/pty/" + pty.SessionID + "/ws", okPath: "/proxy/" + execdPort + "/pty/nope/ws", header: wsUpgrade},
 		execdTarget{name: "GET /proxy/8080/", method: "GET", path: "/proxy/8080/hostname", okPath: "/proxy/8080/hostname"},
 		execdTarget{name: "GET /proxy/1/", method: "GET", path: "/proxy/1/", okPath: "/proxy/1/"},
 	)
-	execdBody["POST /proxy/44772/command"] = execdBody["POST /command"]
+	execdBody["POST /proxy/"+execdPort+"/command"] = execdBody["POST /command"]
 	for _, tg := range targets {
 		attack(t, "execd "+tg.name, func(t *testing.T) string {
 			methods := []string{tg.method}
@@ -532,8 +532,8 @@ func TestAttackAuth(t *testing.T) {
 	attack(t, "execd paths written oddly, without a token", func(t *testing.T) string {
 		addr := strings.TrimPrefix(ca.base, "http://")
 		var got []string
-		for _, target := range []string{"//ping", "/./ping", "/%70ing", "/proxy/44772/../../ping", "/proxy/44772//ping",
-			"/proxy/44772/%2e%2e/ping", "/proxy/../ping", "*", "http://" + addr + "/ping", "/ping?" + api.HeaderExecdToken + "=" + ca.token} {
+		for _, target := range []string{"//ping", "/./ping", "/%70ing", "/proxy/" + execdPort + "/../../ping", "/proxy/" + execdPort + "//ping",
+			"/proxy/" + execdPort + "/%2e%2e/ping", "/proxy/../ping", "*", "http://" + addr + "/ping", "/ping?" + api.HeaderExecdToken + "=" + ca.token} {
 			status, body := rawRequest(t, addr, "GET", target, nil)
 			if status != 401 && status != 400 {
 				t.Errorf("GET %s: %d %.200s, want 401", target, status, body)
@@ -765,7 +765,7 @@ func endpointPort(s *server, id string, port int) string {
 func execdStatus(c *container, uid *uint32, method, path, token string) string {
 	c.t.Helper()
 	script := `import sys, urllib.request as u
-req = u.Request("http://127.0.0.1:44772" + sys.argv[2], method=sys.argv[1], data=b'{"command":"touch /tmp/pwned-inside"}' if sys.argv[1] == "POST" else None)
+req = u.Request("http://127.0.0.1:` + execdPort + `" + sys.argv[2], method=sys.argv[1], data=b'{"command":"touch /tmp/pwned-inside"}' if sys.argv[1] == "POST" else None)
 req.add_header("Content-Type", "application/json")
 if sys.argv[3]:
     req.add_header("X-EXECD-ACCESS-TOKEN", sys.argv[3])
@@ -817,25 +817,25 @@ func neighbours(t *testing.T, s *server) {
 			t.Fatalf("B's app at %s:8080 does not answer the host: %v", bIP, err)
 		}
 	}
-	if status, _ := tryRequest(t, "GET", "http://"+bIP+":44772", "/ping", "", credentials{header: map[string]string{api.HeaderExecdToken: b.token}}, nil); status != 200 {
-		t.Fatalf("B's execd at %s:44772 does not answer the host: %d", bIP, status)
+	if status, _ := tryRequest(t, "GET", "http://"+bIP+":"+execdPort, "/ping", "", credentials{header: map[string]string{api.HeaderExecdToken: b.token}}, nil); status != 200 {
+		t.Fatalf("B's execd at %s:%d does not answer the host: %d", bIP, api.ExecdPort, status)
 	}
 
 	targets := map[string]string{
-		bIP + ":8080":                              "B's app on the sandbox network",
-		bIP + ":44772":                             "B's execd on the sandbox network",
-		"gw:" + endpointPort(s, bID, 44772):        "B's execd as the host publishes it, through the gateway",
-		"gw:" + endpointPort(s, bID, 8080):         "B's app as the host publishes it, through the gateway",
-		"gw:" + serverPort:                         "the lifecycle server's port on the gateway",
-		"127.0.0.1:" + serverPort:                  "the lifecycle server's port on loopback",
-		"127.0.0.1:" + endpointPort(s, bID, 44772): "B's published execd port on loopback",
+		bIP + ":8080":         "B's app on the sandbox network",
+		bIP + ":" + execdPort: "B's execd on the sandbox network",
+		"gw:" + endpointPort(s, bID, api.ExecdPort):        "B's execd as the host publishes it, through the gateway",
+		"gw:" + endpointPort(s, bID, 8080):                 "B's app as the host publishes it, through the gateway",
+		"gw:" + serverPort:                                 "the lifecycle server's port on the gateway",
+		"127.0.0.1:" + serverPort:                          "the lifecycle server's port on loopback",
+		"127.0.0.1:" + endpointPort(s, bID, api.ExecdPort): "B's published execd port on loopback",
 	}
-	list := []string{"127.0.0.1:44772"} // A's own execd: the probe's connections work
+	list := []string{"127.0.0.1:" + execdPort} // A's own execd: the probe's connections work
 	for k := range targets {
 		list = append(list, k)
 	}
 	got := a.probe(nil, "connect", mustJSON(list))
-	if r := str(got, "127.0.0.1:44772"); refused(r) {
+	if r := str(got, "127.0.0.1:"+execdPort); refused(r) {
 		t.Fatalf("A cannot reach its own execd (%s): the probe cannot connect at all", r)
 	}
 	for target, what := range targets {
@@ -850,7 +850,7 @@ func neighbours(t *testing.T, s *server) {
 
 	attack(t, "A uses B's token on its own execd", func(t *testing.T) string {
 		var res []string
-		for _, p := range []string{"/ping", "/command", "/files/download?path=/etc/hostname", "/proxy/44772/ping"} {
+		for _, p := range []string{"/ping", "/command", "/files/download?path=/etc/hostname", "/proxy/" + execdPort + "/ping"} {
 			method := "GET"
 			if p == "/command" {
 				method = "POST"

@@ -144,7 +144,7 @@ func raceOnce(s *server, vol api.Volume, marker string) (result, detail string) 
 			return "still " + sb.Status.State, ""
 		}
 	}
-	status, body = rawCall(s, "GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
+	status, body = rawCall(s, "GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, nil)
 	var ep api.Endpoint
 	if status != 200 || json.Unmarshal(body, &ep) != nil {
 		return fmt.Sprintf("endpoint answered %d", status), string(body)

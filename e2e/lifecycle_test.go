@@ -41,7 +41,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("create answered %+v", created)
 	}
 	// The Python and JavaScript SDKs resolve both endpoints at once.
-	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/44772", nil, 200, nil)
+	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/"+execdPort, nil, 200, nil)
 	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/18080", nil, 200, nil)
 	sb := s.waitState(created.ID, "Running")
 	if sb.Image == nil || sb.Image.URI != pythonImage || sb.Metadata["team"] != "ml" || sb.ExpiresAt == nil ||
@@ -90,7 +90,7 @@ func TestLifecycle(t *testing.T) {
 	if sb := s.waitState(created.ID, "Paused"); sb.Status.State != "Paused" {
 		t.Fatal("not paused")
 	}
-	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, api.CodeDockerSandboxNotRunning)
 	time.Sleep(500 * time.Millisecond)
 	s.call("POST", "/v1/sandboxes/"+created.ID+"/resume", nil, 202, nil)
 	s.waitState(created.ID, "Running")
@@ -115,7 +115,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Delete.
 	s.call("DELETE", "/v1/sandboxes/"+created.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, api.CodeDockerSandboxNotFound)
 	if n := s.scopeContainers(); n != 0 {
 		t.Fatalf("%d containers left after delete", n)
 	}
@@ -200,7 +200,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("snapshots of %s: %+v", id, list)
 	}
 	s.call("DELETE", "/v1/snapshots/"+snap.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, "SNAPSHOT::NOT_FOUND")
+	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, api.CodeSnapshotNotFound)
 }
 
 // TestVolumesThroughAPI: a host directory under the allowlist mounts; one
@@ -220,7 +220,7 @@ func TestVolumesThroughAPI(t *testing.T) {
 	before := s.scopeContainers()
 	outside := sandboxRequest(busyboxImage, "sleep", "1")
 	outside.Volumes = []api.Volume{{Name: "etc", MountPath: "/host-etc", Host: &api.HostVolume{Path: "/etc"}}}
-	s.wantError("POST", "/v1/sandboxes", outside, 400, "VOLUME::HOST_PATH_NOT_ALLOWED")
+	s.wantError("POST", "/v1/sandboxes", outside, 400, api.CodeVolumeHostPathNotAllowed)
 	sock := sandboxRequest(busyboxImage, "sleep", "1")
 	sock.Volumes = []api.Volume{{Name: "sock", MountPath: "/sock", Host: &api.HostVolume{Path: "/var/run/docker.sock"}}}
 	s.wantError("POST", "/v1/sandboxes", sock, 400, "")
@@ -456,7 +456,7 @@ func TestServerProxy(t *testing.T) {
 	// execd itself through the server proxy: a terminal over WebSocket,
 	// with only the endpoint's headers, as an SDK in proxy mode does.
 	var execdEP api.Endpoint
-	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772?use_server_proxy=true", nil, 200, &execdEP)
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort+"?use_server_proxy=true", nil, 200, &execdEP)
 	c := &container{t: t, base: "http://" + execdEP.Endpoint, token: execdEP.Headers[api.HeaderExecdToken], hc: &http.Client{}}
 	var sess api.PTYSession
 	c.call("POST", "/pty", nil, 201, &sess)

@@ -105,7 +105,7 @@ pool_max = 5
 		Template:     &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}, ResourceLimits: map[string]string{"cpu": "250m", "memory": "64Mi"}},
 		CapacitySpec: &api.CapacitySpec{BufferMin: 5, BufferMax: 5, PoolMax: 5}}, 201, nil)
 	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "api", Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}},
-		CapacitySpec: &api.CapacitySpec{BufferMax: 1, PoolMax: 1}}, http.StatusConflict, "POOL::ALREADY_EXISTS")
+		CapacitySpec: &api.CapacitySpec{BufferMax: 1, PoolMax: 1}}, http.StatusConflict, api.CodePoolAlreadyExists)
 	s.waitPool("api", func(st api.PoolStatus) bool { return st.Available == 5 })
 	const n = 12
 	ids := make([]string, n)
@@ -150,12 +150,12 @@ pool_max = 5
 	s.waitPool("cfg", func(st api.PoolStatus) bool { return st.Available == 1 && st.Starting == 0 })
 
 	// Bad input.
-	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "nope"}}, 404, "POOL::NOT_FOUND")
-	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "Bad Name"}, 400, "SANDBOX::INVALID_PARAMETER")
+	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "nope"}}, 404, api.CodePoolNotFound)
+	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "Bad Name"}, 400, api.CodeSandboxInvalidParameter)
 	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "x", Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}},
-		CapacitySpec: &api.CapacitySpec{BufferMin: 3, BufferMax: 2, PoolMax: 5}}, 400, "SANDBOX::INVALID_PARAMETER")
-	s.wantError("GET", "/v1/pools/nope", nil, 404, "POOL::NOT_FOUND")
-	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "cfg"}, SnapshotID: "abc"}, 400, "SANDBOX::INVALID_PARAMETER")
+		CapacitySpec: &api.CapacitySpec{BufferMin: 3, BufferMax: 2, PoolMax: 5}}, 400, api.CodeSandboxInvalidParameter)
+	s.wantError("GET", "/v1/pools/nope", nil, 404, api.CodePoolNotFound)
+	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "cfg"}, SnapshotID: "abc"}, 400, api.CodeSandboxInvalidParameter)
 
 	// A restart keeps the pools, their warm sandboxes and what they
 	// handed out.
@@ -177,7 +177,7 @@ pool_max = 5
 	}
 
 	s.call("DELETE", "/v1/pools/api", nil, 204, nil)
-	s.wantError("DELETE", "/v1/pools/api", nil, 404, "POOL::NOT_FOUND")
+	s.wantError("DELETE", "/v1/pools/api", nil, 404, api.CodePoolNotFound)
 	// What the pool handed out stays.
 	s.execd(ids[1]).mustRun("true")
 }

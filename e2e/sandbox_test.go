@@ -41,7 +41,7 @@ func startContainer(t *testing.T, image string, extra []string, entrypoint ...st
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	args := []string{"run", "-d", "--label", "osb-e2e=1", "-p", "127.0.0.1::44772",
+	args := []string{"run", "-d", "--label", "osb-e2e=1", "-p", "127.0.0.1::" + execdPort,
 		"-v", execdBin + ":" + execdPath + ":ro", "--entrypoint", execdPath}
 	args = append(args, extra...)
 	args = append(args, image, "--access-token", token)
@@ -57,7 +57,7 @@ func startContainer(t *testing.T, image string, extra []string, entrypoint ...st
 		}
 		exec.Command("docker", "rm", "-f", id).Run()
 	})
-	port := strings.TrimSpace(docker(t, "port", id, "44772/tcp"))
+	port := strings.TrimSpace(docker(t, "port", id, execdPort+"/tcp"))
 	c.base = "http://" + strings.Split(port, "\n")[0]
 	var last error
 	testwait.Until(t, "execd in "+image+" to answer", func() bool {

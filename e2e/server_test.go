@@ -369,7 +369,7 @@ func (s *server) describe(id string) string {
 func (s *server) execd(id string) *container {
 	s.t.Helper()
 	var ep api.Endpoint
-	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil, 200, &ep)
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, nil, 200, &ep)
 	if strings.Contains(ep.Endpoint, "://") || ep.Headers[api.HeaderExecdToken] == "" {
 		s.t.Fatalf("execd endpoint %+v", ep)
 	}

@@ -141,9 +141,11 @@ func (s *Server) explainAPI(e *sdk.APIError, sandboxID string) string {
 const codePoolNotFound = "POOL::NOT_FOUND"
 
 // isSandboxNotFound reports whether an error code says the sandbox itself
-// is missing ("DOCKER::SANDBOX_NOT_FOUND", "SANDBOX::NOT_FOUND").
+// is missing. Only the runtimes' codes say so: another 404, such as a
+// server without the route asked for (api.CodeSandboxRouteNotFound), does
+// not.
 func isSandboxNotFound(code string) bool {
-	return strings.Contains(code, "SANDBOX_NOT_FOUND") || strings.HasPrefix(code, "SANDBOX::")
+	return code == api.CodeDockerSandboxNotFound || code == api.CodeKubernetesSandboxNotFound
 }
 
 // explainNetwork explains a failure to reach the server or a sandbox.

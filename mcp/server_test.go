@@ -205,9 +205,14 @@ func TestErrorsExplained(t *testing.T) {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.HeaderRequestID, "req-1")
 		w.Header().Set("Content-Type", "application/json")
-		if r.PathValue("id") == "gone-1" {
+		switch r.PathValue("id") {
+		case "gone-1":
 			w.WriteHeader(http.StatusNotFound)
-			w.Write([]byte(`{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox gone-1 not found"}`))
+			w.Write([]byte(`{"code":"` + api.CodeDockerSandboxNotFound + `","message":"sandbox gone-1 not found"}`))
+			return
+		case "gone-2":
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"code":"` + api.CodeKubernetesSandboxNotFound + `","message":"sandbox gone-2 not found"}`))
 			return
 		}
 		json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), Status: api.SandboxStatus{State: sdk.StateRunning}})
@@ -216,6 +221,13 @@ func TestErrorsExplained(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		// An endpoint nobody listens on: the sandbox is unreachable.
 		json.NewEncoder(w).Encode(api.Endpoint{Endpoint: "127.0.0.1:1"})
+	})
+	// A server without the pause route answers as the lifecycle server
+	// answers every path it does not serve.
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"code":"` + api.CodeSandboxRouteNotFound + `","message":"no route for POST ` + r.URL.Path + `"}`))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/renew-expiration", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -227,8 +239,15 @@ func TestErrorsExplained(t *testing.T) {
 	cs := connect(t, newTestServer(t, hs.URL, Config{}))
 
 	text := wantToolError(t, cs, "sandbox_get", map[string]any{"sandbox_id": "gone-1"},
-		"sandbox gone-1 not found", "sandbox_list", "DOCKER::SANDBOX_NOT_FOUND", "req-1")
+		"sandbox gone-1 not found", "sandbox_list", api.CodeDockerSandboxNotFound, "req-1")
 	t.Log(text)
+	wantToolError(t, cs, "sandbox_get", map[string]any{"sandbox_id": "gone-2"},
+		"sandbox gone-2 not found", "sandbox_list", api.CodeKubernetesSandboxNotFound)
+	text = wantToolError(t, cs, "sandbox_pause", map[string]any{"sandbox_id": "sb-1"},
+		"no route for POST /v1/sandboxes/sb-1/pause", "Check the ids and paths given", api.CodeSandboxRouteNotFound)
+	if strings.Contains(text, "sandbox sb-1 not found") || strings.Contains(text, "sandbox_list") {
+		t.Errorf("a route missing on the server is explained as a missing sandbox: %s", text)
+	}
 	wantToolError(t, cs, "command_run", map[string]any{"sandbox_id": "sb-1", "command": "true"},
 		"cannot reach sandbox sb-1", "sandbox_resume")
 	wantToolError(t, cs, "sandbox_renew", map[string]any{"sandbox_id": "sb-1", "timeout_seconds": 60},

@@ -55,7 +55,7 @@ func newFake(t *testing.T, noPool bool) (*fakeLifecycle, *server) {
 			return
 		}
 		if f.noPool && strings.HasPrefix(r.URL.Path, "/v1/pools") {
-			http.Error(w, `{"code":"POOL::NOT_IMPLEMENTED"}`, http.StatusNotImplemented)
+			http.Error(w, `{"code":"`+api.CodePoolNotImplemented+`"}`, http.StatusNotImplemented)
 			return
 		}
 		mux.ServeHTTP(w, r)

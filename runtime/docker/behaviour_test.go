@@ -40,7 +40,7 @@ func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 // returns its stdout and exit status ("0" on success).
 func run(t *testing.T, rt *Runtime, id sandbox.ID, command string) (string, string) {
 	t.Helper()
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -284,7 +285,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		// Started without its entrypoint, which a claim brings.
 		cmd = []string{"--claimable", "--"}
 	}
-	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
+	execdPort, appPort := nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort)), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
 	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
 	if !spec.SecureAccess {
@@ -329,7 +330,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	ociRuntime := cfg.Runtime
 	if r, ok := spec.Extensions[extRuntime]; ok {
 		if !slices.Contains(cfg.AllowedRuntimes, r) {
-			return nil, nil, nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			return nil, nil, nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 				fmt.Sprintf("extension %s: runtime %q is not allowed (allowed: %v)", extRuntime, r, cfg.AllowedRuntimes))
 		}
 		ociRuntime = r
@@ -374,7 +375,7 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 		mem, _ = sandbox.ParseMemory(cfg.DefaultMemory)
 	}
 	if mem > 0 && mem < minMemory {
-		return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("memory %d bytes: Docker needs at least 6Mi", mem))
+		return res, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, fmt.Sprintf("memory %d bytes: Docker needs at least 6Mi", mem))
 	}
 	if mem > 0 {
 		res.Memory = mem
@@ -394,7 +395,7 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 	default:
 		n, err := strconv.Atoi(r.GPUs)
 		if err != nil || n < 1 {
-			return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("gpu %q: want a count or \"all\"", r.GPUs))
+			return res, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, fmt.Sprintf("gpu %q: want a count or \"all\"", r.GPUs))
 		}
 		res.DeviceRequests = []container.DeviceRequest{{Count: n, Capabilities: [][]string{{"gpu"}}}}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -170,7 +171,7 @@ func TestDeleteAbandonsStalledPull(t *testing.T) {
 	waitFor(t, "the pull", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.Reason == "PULLING_IMAGE" })
 	endpointErr := make(chan error, 1)
 	go func() {
-		_, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+		_, err := rt.Endpoint(ctx, id, api.ExecdPort)
 		endpointErr <- err
 	}()
 	time.Sleep(100 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testregistry"
 	"github.com/opensandbox/opensandbox/internal/testwait"
@@ -49,7 +50,7 @@ func TestNoTokenInPodSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, rt, id, sandbox.StateRunning)
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestFailuresHaveReasons(t *testing.T) {
 		})
 	}
 	// Endpoint does not wait for an address a failed sandbox never gets.
-	if _, err := rt.Endpoint(ctx, huge, sandbox.PortExecd); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := rt.Endpoint(ctx, huge, api.ExecdPort); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("Endpoint of a failed sandbox: %v, want ErrConflict", err)
 	}
 }
@@ -417,7 +418,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		if sb.Metadata["by"] != "claim" || len(sb.Entrypoint) != 2 {
 			t.Fatalf("claimed sandbox %s: %+v", id, sb)
 		}
-		ep, err := a.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, err := a.Endpoint(ctx, id, api.ExecdPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +435,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		one = id
 		break
 	}
-	ep, _ := b.Endpoint(ctx, one, sandbox.PortExecd)
+	ep, _ := b.Endpoint(ctx, one, api.ExecdPort)
 	out := runCommand(t, ep, "echo $CLAIMED; ps")
 	if !strings.Contains(out, "yes") || !strings.Contains(out, "sleep 12345") {
 		t.Fatalf("claimed sandbox: env or entrypoint missing:\n%s", out)
@@ -523,7 +524,7 @@ func TestGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, rt, id, sandbox.StateRunning)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +574,7 @@ func TestExecdFromHostDir(t *testing.T) {
 	if err != nil || len(pod.Spec.InitContainers) != 0 {
 		t.Fatalf("pod: %v, init containers %d", err, len(pod.Spec.InitContainers))
 	}
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +608,7 @@ func TestPullWithCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, rt, id, sandbox.StateRunning)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
