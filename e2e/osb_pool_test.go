@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opensandbox/opensandbox/api"
 )
 
 // TestOSBPool drives every `osb pool` command and `osb sandbox create
@@ -113,17 +115,17 @@ func TestOSBPool(t *testing.T) {
 	s.osb("pool", "update", "py", "--unset-env", "NOPE").fails(t, 1, "no such variable")
 	s.osb("pool", "create", "x", "--pool-max", "1").fails(t, 2, "--image is required")
 	s.osb("pool", "create", "x", "-i", busyboxImage).fails(t, 2, "--pool-max is required")
-	s.osb("pool", "create", "py", "-i", busyboxImage, "--pool-max", "1").fails(t, 1, "POOL::ALREADY_EXISTS")
+	s.osb("pool", "create", "py", "-i", busyboxImage, "--pool-max", "1").fails(t, 1, api.CodePoolAlreadyExists)
 	s.osb("pool", "create", "x", "-i", busyboxImage, "--buffer-max", "5", "--pool-max", "1").fails(t, 1, "bufferMax (5) must not exceed poolMax (1)")
-	s.osb("pool", "get", "nope").fails(t, 1, "POOL::NOT_FOUND")
-	s.osb("sandbox", "create", "--pool", "nope").fails(t, 1, "POOL::NOT_FOUND")
+	s.osb("pool", "get", "nope").fails(t, 1, api.CodePoolNotFound)
+	s.osb("sandbox", "create", "--pool", "nope").fails(t, 1, api.CodePoolNotFound)
 	s.osb("sandbox", "create", "--pool", "py", "--snapshot-id", "s").fails(t, 2, "--snapshot-id and --pool")
 
 	// Delete leaves what the pool handed out.
 	if out := s.osb("pool", "delete", "py").ok(t); !strings.Contains(out, "Pool deleted: py") {
 		t.Errorf("delete: %q", out)
 	}
-	s.osb("pool", "get", "py").fails(t, 1, "POOL::NOT_FOUND")
+	s.osb("pool", "get", "py").fails(t, 1, api.CodePoolNotFound)
 	if out := s.osb("pool", "list").ok(t); !strings.Contains(out, "No pools found.") {
 		t.Errorf("empty list: %q", out)
 	}

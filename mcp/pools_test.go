@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -68,6 +69,6 @@ func TestPoolTools(t *testing.T) {
 		t.Errorf("after the claim: %+v", got)
 	}
 
-	wantToolError(t, cs, "pool_get", map[string]any{"pool": "nope"}, "pool_list", "POOL::NOT_FOUND", "HTTP 404")
-	wantToolError(t, cs, "sandbox_create", map[string]any{"pool": "nope"}, "pool_list", "POOL::NOT_FOUND")
+	wantToolError(t, cs, "pool_get", map[string]any{"pool": "nope"}, "pool_list", api.CodePoolNotFound, "HTTP 404")
+	wantToolError(t, cs, "sandbox_create", map[string]any{"pool": "nope"}, "pool_list", api.CodePoolNotFound)
 }

@@ -122,8 +122,8 @@ func TestPoolErrors(t *testing.T) {
 
 	var apiErr *sdk.APIError
 	_, err := pools.Create(ctx, name, tmpl, sdk.Capacity{PoolMax: 1})
-	if !errors.Is(err, sdk.ErrConflict) || !errors.As(err, &apiErr) || apiErr.Code != "POOL::ALREADY_EXISTS" {
-		t.Errorf("second create: %v, want ErrConflict POOL::ALREADY_EXISTS", err)
+	if !errors.Is(err, sdk.ErrConflict) || !errors.As(err, &apiErr) || apiErr.Code != api.CodePoolAlreadyExists {
+		t.Errorf("second create: %v, want ErrConflict %s", err, api.CodePoolAlreadyExists)
 	}
 	for _, tc := range []struct {
 		what string
