@@ -2,10 +2,12 @@ package docker
 
 import (
 	"context"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,4 +219,133 @@ func interruptedHeldCreate(t *testing.T, cfg *Config, spec sandbox.Spec) sandbox
 		t.Fatalf("a held container started its entrypoint by itself (%s starts)", got)
 	}
 	return id
+}
+
+// holdTimes is a slog handler that keeps the "held" durations the runtime
+// logs as it hands entrypoints over.
+type holdTimes struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (h *holdTimes) Enabled(context.Context, slog.Level) bool { return true }
+func (h *holdTimes) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *holdTimes) WithGroup(string) slog.Handler            { return h }
+func (h *holdTimes) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "entrypoint handed over" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "held" {
+			h.mu.Lock()
+			h.d = append(h.d, a.Value.Duration())
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkHeldCreate measures what holding the entrypoint adds to a
+// create: the p50 of create → Running for sandboxes with a storage limit
+// (held) and without (not held), one at a time, and the p50 of the hold
+// itself (waiting for the first measurement, then the /claim). Run it
+// with -benchtime=10x.
+func BenchmarkHeldCreate(b *testing.B) {
+	testenv.MustHaveImage(b, testImage)
+	holds := &holdTimes{}
+	cfg := Config{DataDir: b.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: 60 * time.Second}
+	rt, err := New(cfg, slog.New(holds))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		rt.RemoveScope(context.Background())
+		rt.Close()
+	})
+	if rt.cfg.storage.mode() != storageWatch {
+		testenv.Missing(b, "storage limits are not measured by the server on this engine")
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		limit int64
+	}{{"not-held", 0}, {"held", 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			var ready []time.Duration
+			for b.Loop() {
+				id := sandbox.NewID()
+				t0 := time.Now()
+				if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "1000000"},
+					Resources: sandbox.Resources{StorageBytes: c.limit}}); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					sb, err := rt.Get(ctx, id)
+					if err != nil || sb.Status.State == sandbox.StateFailed {
+						b.Fatalf("sandbox %s: %+v, %v", id, sb, err)
+					}
+					if sb.Status.State == sandbox.StateRunning {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+				ready = append(ready, time.Since(t0))
+				b.StopTimer()
+				rt.Delete(ctx, id)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(median(ready).Microseconds())/1000, "p50-ready-ms")
+			holds.mu.Lock()
+			if c.limit > 0 {
+				b.ReportMetric(float64(median(holds.d).Microseconds())/1000, "p50-hold-ms")
+			}
+			holds.d = nil
+			holds.mu.Unlock()
+		})
+	}
+}
+
+// TestHeldContainerConfig: only a sandbox whose limit the server measures,
+// with an entrypoint, starts with it held; a warm one is claimable as
+// before, and the others start their entrypoint as before.
+func TestHeldContainerConfig(t *testing.T) {
+	watch, _ := storagePolicyFor(engineStorage{Driver: "overlay2", BackingFS: "extfs"}, true)
+	quota, _ := storagePolicyFor(engineStorage{Driver: "overlay2", BackingFS: "xfs"}, true)
+	for _, c := range []struct {
+		name       string
+		policy     *storagePolicy
+		limit      int64
+		entrypoint []string
+		pool       string
+		cmd        string
+		held       bool
+	}{
+		{"measured", watch, 64 << 20, []string{"sh", "-c", "x"}, "", "--claimable --", true},
+		{"no limit", watch, 0, []string{"sh", "-c", "x"}, "", "-- sh -c x", false},
+		{"engine quota", quota, 64 << 20, []string{"sh", "-c", "x"}, "", "-- sh -c x", false},
+		{"no entrypoint", watch, 64 << 20, nil, "", "--", false},
+		{"warm pool", watch, 64 << 20, []string{"sh", "-c", "x"}, "p", "--claimable --", false},
+	} {
+		cfg := DefaultConfig()
+		cfg.storage = c.policy
+		spec := &sandbox.Spec{Image: "img", Entrypoint: c.entrypoint, Resources: sandbox.Resources{StorageBytes: c.limit}}
+		cc, _, _, err := containerConfig(&cfg, "id", spec, time.Now(), "tok", c.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		label, ok := cc.Labels[labelHeld]
+		if got := strings.Join(cc.Cmd, " "); got != c.cmd || isHeld(cc.Labels) != c.held || !ok {
+			t.Errorf("%s: command %q, label %s=%q (present %v); want %q, held %v", c.name, got, labelHeld, label, ok, c.cmd, c.held)
+		}
+	}
 }
