@@ -155,8 +155,7 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		// start gets its entrypoint as a create's does.
 		var err error
 		if restarted, err = r.needsHandOver(ctx, c.ID, rec.HeldStart); err != nil {
-			r.log.Warn("look whether a sandbox's held entrypoint was handed over; it is handed over again, which execd takes once", "sandbox", id, "err", err)
-			restarted = true
+			r.log.Error("look whether a sandbox's container started again since its held entrypoint was handed over", "sandbox", id, "err", err)
 		}
 	}
 	if rec.Spec != nil || restarted || (c != nil && (c.State == "created" || c.State == "restarting")) {
