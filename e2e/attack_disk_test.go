@@ -13,6 +13,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // The disk attempts: a sandbox with a storage limit (resourceLimits
@@ -104,23 +105,34 @@ func createIn(t *testing.T, s *server, req api.CreateSandboxRequest) string {
 	return out.ID
 }
 
-// waitFor polls a sandbox until it is in state; failures are the
-// attempt's.
-func waitFor(t *testing.T, s *server, id, state string, timeout time.Duration) api.Sandbox {
+// waitFor polls a sandbox until it is in state, for as long as starts
+// sandbox starts may take (see testwait); failures are the attempt's.
+func waitFor(t *testing.T, s *server, id, state string, starts int) api.Sandbox {
 	t.Helper()
 	var sb api.Sandbox
-	for deadline := time.Now().Add(timeout); ; time.Sleep(25 * time.Millisecond) {
+	testwait.Wait{What: "sandbox " + id + " to be " + state, Starts: starts, Every: 25 * time.Millisecond,
+		Describe: func() string { return s.describe(id) }}.Until(t, func() bool {
 		resp, body := s.do("GET", "/v1/sandboxes/"+id, nil)
 		if resp.StatusCode == 200 && json.Unmarshal(body, &sb) == nil && sb.Status.State == state {
-			return sb
+			return true
 		}
 		if sb.Status.State == "Failed" && state != "Failed" {
 			t.Fatalf("sandbox %s failed: %+v", id, sb.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s is %+v after %v, want %s", id, sb.Status, timeout, state)
-		}
+		return false
+	})
+	return sb
+}
+
+// sandboxNow returns a sandbox as the server has it now.
+func sandboxNow(t *testing.T, s *server, id string) api.Sandbox {
+	t.Helper()
+	var sb api.Sandbox
+	resp, body := s.do("GET", "/v1/sandboxes/"+id, nil)
+	if resp.StatusCode != 200 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("GET sandbox %s: %d %s", id, resp.StatusCode, body)
 	}
+	return sb
 }
 
 // wantDiskStopped waits for a sandbox to be stopped for its disk and
@@ -129,7 +141,7 @@ func waitFor(t *testing.T, s *server, id, state string, timeout time.Duration) a
 // holds more than diskOvershoot past the limit.
 func wantDiskStopped(t *testing.T, s *server, id string, extra ...func() string) string {
 	t.Helper()
-	sb := waitFor(t, s, id, "Failed", 90*time.Second)
+	sb := waitFor(t, s, id, "Failed", 2)
 	if sb.Status.Reason != "DISK_LIMIT_EXCEEDED" || !strings.Contains(sb.Status.Message, "64 MiB") {
 		t.Fatalf("sandbox failed with %s: %s; want DISK_LIMIT_EXCEEDED naming its limit", sb.Status.Reason, sb.Status.Message)
 	}
@@ -163,14 +175,14 @@ func TestAttackDisk(t *testing.T) {
 
 	attack(t, "a sandbox below its limit is left alone", func(t *testing.T) string {
 		id := createIn(t, s, limitedRequest("sleep 1000000"))
-		waitFor(t, s, id, "Running", 60*time.Second)
+		waitFor(t, s, id, "Running", 1)
 		c := s.execd(id)
 		c.t = t // a command that fails fails this attempt
 		c.mustRun("dd if=/dev/zero of=/tmp/some bs=1M count=40 2>/dev/null && sync")
 		time.Sleep(2 * time.Second)
 		c.mustRun("rm /tmp/some && dd if=/dev/zero of=/tmp/more bs=1M count=40 2>/dev/null && sync")
 		time.Sleep(2 * time.Second)
-		if sb := waitFor(t, s, id, "Running", time.Second); sb.Status.State != "Running" {
+		if sb := sandboxNow(t, s, id); sb.Status.State != "Running" {
 			t.Fatalf("a sandbox that wrote 40 MB, freed it and wrote 40 MB again, under 64 MiB, is %+v", sb.Status)
 		}
 		return "still Running after writing 40 MB twice under a 64 MiB limit"
@@ -194,7 +206,7 @@ func TestAttackDisk(t *testing.T) {
 	attack(t, "hide the data in a file deleted while open", func(t *testing.T) string {
 		id := createIn(t, s, limitedRequest("exec 3>/tmp/hidden; rm /tmp/hidden; dd if=/dev/zero bs=1M count=4096 >&3; sleep 1000000"))
 		res := wantDiskStopped(t, s, id)
-		if sb := waitFor(t, s, id, "Failed", time.Second); !strings.Contains(sb.Status.Message, "deleted but still open") {
+		if sb := sandboxNow(t, s, id); !strings.Contains(sb.Status.Message, "deleted but still open") {
 			t.Errorf("the message does not say where the space went: %s", sb.Status.Message)
 		}
 		return res
@@ -237,7 +249,7 @@ time.sleep(1000000)
 
 	attack(t, "fill the disk through the container log", func(t *testing.T) string {
 		id := createIn(t, s, limitedRequest("yes 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"))
-		waitFor(t, s, id, "Running", 60*time.Second)
+		waitFor(t, s, id, "Running", 1)
 		time.Sleep(8 * time.Second)
 		logPath := inspectContainer(t, id, "{{.LogPath}}")
 		files, _ := filepath.Glob(logPath + "*")
@@ -273,7 +285,7 @@ time.sleep(1000000)
 
 	attack(t, "no limit asked: the server's default holds", func(t *testing.T) string {
 		id := createIn(t, s, sandboxRequest(busyboxImage, "sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=4096; sleep 1000000"))
-		sb := waitFor(t, s, id, "Failed", 90*time.Second)
+		sb := waitFor(t, s, id, "Failed", 2)
 		if sb.Status.Reason != "DISK_LIMIT_EXCEEDED" || !strings.Contains(sb.Status.Message, "32 MiB") {
 			t.Fatalf("a sandbox without a limit of its own failed with %s: %s; want DISK_LIMIT_EXCEEDED at the default 32 MiB", sb.Status.Reason, sb.Status.Message)
 		}

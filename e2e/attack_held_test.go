@@ -23,6 +23,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // The attempts in this file try the boundaries that need no new code to
@@ -87,7 +88,7 @@ func pythonSandbox(s *server, entrypoint ...string) (string, *container) {
 		entrypoint = []string{"sleep", "infinity"}
 	}
 	id := s.create(sandboxRequest(pythonImage, entrypoint...))
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	return id, c
@@ -236,8 +237,8 @@ func TestAttackAuth(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	app := []string{"python3", "-m", "http.server", "8080", "--directory", "/etc"}
 	a, b := s.create(sandboxRequest(pythonImage, app...)), s.create(sandboxRequest(pythonImage, app...))
-	s.waitState(a, "Running", 60*time.Second)
-	s.waitState(b, "Running", 60*time.Second)
+	s.waitState(a, "Running")
+	s.waitState(b, "Running")
 	ca, cb := s.execd(a), s.execd(b)
 	ca.mustRun("mkdir -p /tmp/keepdir && echo keep > /tmp/keep")
 	var sess api.CreateSessionResponse
@@ -894,7 +895,7 @@ h.HTTPServer(("0.0.0.0", 8080), H).serve_forever()`}
 	req := sandboxRequest(pythonImage, echo...)
 	req.Env = map[string]*string{"CONTROL_SECRET": ptr(control)}
 	id := s.create(req)
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	c.mustRun("echo " + control + " > /tmp/control")
@@ -929,7 +930,7 @@ h.HTTPServer(("0.0.0.0", 8080), H).serve_forever()`}
 	secure := sandboxRequest(pythonImage, echo...)
 	secure.SecureAccess = true
 	sid := s.create(secure)
-	s.waitState(sid, "Running", 60*time.Second)
+	s.waitState(sid, "Running")
 	sc := s.execd(sid)
 	for _, p := range []struct {
 		name, base, path string
@@ -1049,7 +1050,7 @@ func TestAttackTraversal(t *testing.T) {
 	req := sandboxRequest(pythonImage, "sleep", "infinity")
 	req.Volumes = []api.Volume{{Name: "work", MountPath: "/work", Host: &api.HostVolume{Path: allowed}}}
 	id := s.create(req)
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	hostSecret := filepath.Join(hostDir, "secret")
@@ -1274,14 +1275,20 @@ func TestAttackFrozenEngine(t *testing.T) {
 	testenv.MustHaveDocker(t)
 	gate := newEngineGate(t, "/var/run/docker.sock")
 	s := startServer(t, serverOptions{docker: fmt.Sprintf("host = %q", "unix://"+gate.path)})
+	// The expiring sandbox gets its short expiry once it runs, right
+	// before the freeze: a short timeout at create could pass while the
+	// sandbox still starts on a busy machine, and then no expiry would
+	// happen while the engine is frozen.
 	expiring := sandboxRequest(busyboxImage, "sleep", "1000000")
-	expiring.Timeout = ptr(int64(3))
+	expiring.Timeout = ptr(int64(3600))
 	exp := s.create(expiring)
 	deleted := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
-	s.waitState(exp, "Running", 30*time.Second)
-	s.waitState(deleted, "Running", 30*time.Second)
+	s.waitState(exp, "Running")
+	s.waitState(deleted, "Running")
 
 	attack(t, "freeze the engine while sandboxes expire, are deleted and created", func(t *testing.T) string {
+		expiresAt := time.Now().Add(2 * time.Second)
+		s.call("POST", "/v1/sandboxes/"+exp+"/renew-expiration", map[string]string{"expiresAt": expiresAt.UTC().Format(time.RFC3339Nano)}, 200, nil)
 		gate.set(true)
 		type answer struct {
 			what   string
@@ -1329,9 +1336,9 @@ func TestAttackFrozenEngine(t *testing.T) {
 		if a := got["POST /v1/sandboxes"]; a.status != 202 || json.Unmarshal(a.body, &created) != nil {
 			t.Fatalf("create while frozen: %d %s", a.status, a.body)
 		}
-		s.waitGone(exp, 30*time.Second)
-		s.waitGone(deleted, 30*time.Second)
-		s.waitState(created.ID, "Running", 60*time.Second)
+		s.waitGone(exp)
+		s.waitGone(deleted)
+		s.waitState(created.ID, "Running")
 		waitContainers(t, s, 1)
 		return fmt.Sprintf("answered while frozen: %s; once thawed: the expired sandbox and the deleted one gone, the new one Running, 1 container",
 			strings.Join(frozen, ", "))
@@ -1345,16 +1352,15 @@ func TestAttackFrozenEngine(t *testing.T) {
 		ids := holdCreates(t, s, gate, 3)
 		s.stop(syscall.SIGKILL)
 		gate.hold(false)
-		for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() < before+3; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the held creates made %d containers, want 3", s.scopeContainers()-before)
-			}
-		}
+		testwait.Wait{What: "the held creates to make 3 containers", Starts: 3,
+			Describe: func() string { return testwait.Containers("label=opensandbox.scope=" + s.scope) }}.Until(t, func() bool {
+			return s.scopeContainers() >= before+3
+		})
 		made := s.scopeContainers() - before
 		s.start()
 		var states []string
 		for _, id := range ids {
-			sb := waitSettled(t, s, id, 60*time.Second)
+			sb := waitSettled(t, s, id, 1)
 			states = append(states, sb)
 		}
 		var list api.ListSandboxesResponse
@@ -1383,7 +1389,7 @@ func TestAttackFrozenEngine(t *testing.T) {
 			statuses = append(statuses, fmt.Sprint(<-deletes))
 		}
 		for _, id := range ids {
-			s.waitGone(id, 30*time.Second)
+			s.waitGone(id)
 		}
 		waitContainers(t, s, before)
 		return fmt.Sprintf("deletes answered %v; the 3 sandboxes gone and their containers with them (%d containers, as before)",
@@ -1393,35 +1399,34 @@ func TestAttackFrozenEngine(t *testing.T) {
 
 // waitSettled waits until a sandbox is Running, Failed or gone, and
 // returns which.
-func waitSettled(t *testing.T, s *server, id string, timeout time.Duration) string {
+func waitSettled(t *testing.T, s *server, id string, starts int) string {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+	var settled string
+	testwait.Wait{What: "sandbox " + id + " to be Running, Failed or gone", Starts: starts,
+		Describe: func() string { return s.describe(id) }}.Until(t, func() bool {
 		resp, data := s.do("GET", "/v1/sandboxes/"+id, nil)
 		var sb api.Sandbox
 		json.Unmarshal(data, &sb)
 		switch {
 		case resp.StatusCode == 404:
-			return "gone"
+			settled = "gone"
 		case sb.Status.State == "Running":
-			return "Running"
+			settled = "Running"
 		case sb.Status.State == "Failed":
-			return "Failed (" + sb.Status.Reason + ")"
+			settled = "Failed (" + sb.Status.Reason + ")"
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s is %d %+v after %v", id, resp.StatusCode, sb.Status, timeout)
-		}
-	}
+		return settled != ""
+	})
+	return settled
 }
 
 // waitContainers waits until the server's scope holds n containers.
 func waitContainers(t *testing.T, s *server, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() != n; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=opensandbox.scope="+s.scope, "--format", "{{.Names}} {{.Status}}").Output()
-			t.Fatalf("%d containers in the scope, want %d:\n%s", s.scopeContainers(), n, out)
-		}
-	}
+	testwait.Wait{What: fmt.Sprintf("%d containers in the scope", n), Starts: max(n, 1), Every: 100 * time.Millisecond,
+		Describe: func() string { return testwait.Containers("label=opensandbox.scope=" + s.scope) }}.Until(t, func() bool {
+		return s.scopeContainers() == n
+	})
 }
 
 // holdCreates makes n sandboxes whose container creates the gate holds
@@ -1433,10 +1438,9 @@ func holdCreates(t *testing.T, s *server, gate *engineGate, n int) []string {
 	for range n {
 		ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
 	}
-	for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d container creates reached the engine's gate, want %d", gate.heldCreates(), n)
-		}
-	}
+	testwait.Wait{What: fmt.Sprintf("%d container creates to reach the engine's gate", n), Starts: n,
+		Describe: func() string { return fmt.Sprintf("%d reached it", gate.heldCreates()) }}.Until(t, func() bool {
+		return gate.heldCreates() >= n
+	})
 	return ids
 }

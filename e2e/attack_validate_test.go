@@ -195,7 +195,7 @@ func TestAttackValidate(t *testing.T) {
 		r := sandboxRequest(busyboxImage, "sleep", "100000")
 		r.Extensions = map[string]string{"opensandbox.extensions.team": "ml"}
 		id := s.create(r)
-		s.waitState(id, "Running", 60*time.Second)
+		s.waitState(id, "Running")
 		labels := docker(t, "inspect", "--format", `{{index .Config.Labels "opensandbox.extensions"}}`, "osb-"+id)
 		if !strings.Contains(labels, `"opensandbox.extensions.team":"ml"`) {
 			t.Errorf("the container's extensions label: %s", labels)
@@ -212,7 +212,7 @@ allow_local_registries = true`})
 		r := sandboxRequest(busyboxImage, "sleep", "100000")
 		r.Extensions = map[string]string{"team.owner": "ml"}
 		id := open.create(r)
-		open.waitState(id, "Running", 60*time.Second)
+		open.waitState(id, "Running")
 		open.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 		r.Extensions = map[string]string{"docker.privileged": "true"}
 		e := open.wantError("POST", "/v1/sandboxes", r, 400, "SANDBOX::INVALID_PARAMETER")
@@ -226,7 +226,7 @@ allow_local_registries = true`})
 		// A closed loopback port: the pull is tried and fails on this
 		// machine.
 		id := open.create(sandboxRequest("127.0.0.1:1/opensandbox/missing:latest", "sleep", "1"))
-		sb := open.waitState(id, "Failed", 60*time.Second)
+		sb := open.waitState(id, "Failed")
 		open.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 		if sb.Status.Reason != "IMAGE_PULL_FAILED" {
 			t.Errorf("status %+v, want a pull that was tried and failed", sb.Status)

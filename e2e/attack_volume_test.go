@@ -258,7 +258,7 @@ func TestAttackHostVolumeRace(t *testing.T) {
 	attacker := sandboxRequest(busyboxImage, "sleep", "100000")
 	attacker.Volumes = []api.Volume{{Name: "shared", MountPath: "/shared", Host: &api.HostVolume{Path: allowed}}}
 	a := s.execd(s.create(attacker))
-	s.waitState(a.id, "Running", time.Minute)
+	s.waitState(a.id, "Running")
 	startSwapper(t, a, swapLoop("/shared/race", secrets), "/shared/race")
 
 	n := raceAttempts()
@@ -288,7 +288,7 @@ func TestAttackNamedVolumeSubPathRace(t *testing.T) {
 	attacker := sandboxRequest(busyboxImage, "sleep", "100000")
 	attacker.Volumes = []api.Volume{{Name: "shared", MountPath: "/shared", PVC: &api.PVCVolume{ClaimName: vol, DeleteOnSandboxTermination: true}}}
 	a := s.execd(s.create(attacker))
-	s.waitState(a.id, "Running", time.Minute)
+	s.waitState(a.id, "Running")
 	startSwapper(t, a, swapLoop("/shared/race", secrets), "/shared/race")
 
 	n := raceAttempts() / 2

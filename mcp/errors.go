@@ -92,6 +92,8 @@ func (s *Server) explainAPI(e *sdk.APIError, sandboxID string) string {
 			msg = fmt.Sprintf("sandbox %s not found", sandboxID)
 		}
 		hint = "It may have expired or been killed. Call sandbox_list to see the sandboxes that exist, or sandbox_create for a new one."
+	case errors.Is(e, sdk.ErrNotFound) && e.Code == codePoolNotFound:
+		hint = "Call pool_list to see the pools that exist, or create the sandbox from an image instead."
 	case errors.Is(e, sdk.ErrNotFound) && e.Code == api.CodeFileNotFound:
 		hint = "Check the path with file_list or file_search."
 	case errors.Is(e, sdk.ErrNotFound) && e.Code == api.CodeContextNotFound:
@@ -134,6 +136,9 @@ func (s *Server) explainAPI(e *sdk.APIError, sandboxID string) string {
 	b.WriteString(" (" + strings.Join(meta, ", ") + ")")
 	return b.String()
 }
+
+// codePoolNotFound is the server's code for a pool that does not exist.
+const codePoolNotFound = "POOL::NOT_FOUND"
 
 // isSandboxNotFound reports whether an error code says the sandbox itself
 // is missing ("DOCKER::SANDBOX_NOT_FOUND", "SANDBOX::NOT_FOUND").

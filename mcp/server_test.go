@@ -85,6 +85,7 @@ func wantToolError(t *testing.T, cs *gomcp.ClientSession, tool string, args map[
 // allTools is every tool the server offers.
 var allTools = []string{
 	"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_kill", "sandbox_renew", "sandbox_pause", "sandbox_resume", "sandbox_endpoint",
+	"pool_list", "pool_get",
 	"command_run", "command_start", "command_logs", "command_stop",
 	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
 	"code_run", "code_context_create", "code_context_list", "code_context_delete",
@@ -162,7 +163,11 @@ func TestInvalidArguments(t *testing.T) {
 		{"sandbox_get", map[string]any{"sandbox_id": "  "}, []string{"sandbox_id is empty", "sandbox_list"}},
 		{"sandbox_get", map[string]any{"sandbox_id": 42}, []string{"sandbox_id"}},
 		{"sandbox_get", map[string]any{"sandbox_id": "x", "bogus": 1}, []string{`unknown arguments ["bogus"]`}},
-		{"sandbox_create", map[string]any{}, []string{"image is required", "python:3.11"}},
+		{"sandbox_create", map[string]any{}, []string{"image is required", "python:3.11", "pool_list"}},
+		{"sandbox_create", map[string]any{"pool": "a/b"}, []string{`pool "a/b" is not a pool name`, "pool_list"}},
+		{"pool_get", map[string]any{}, []string{`missing required arguments: ["pool"]`}},
+		{"pool_get", map[string]any{"pool": " "}, []string{"is not a pool name", "pool_list"}},
+		{"pool_list", map[string]any{"bogus": 1}, []string{`unknown arguments ["bogus"]`}},
 		{"sandbox_create", map[string]any{"image": "x", "timeout_seconds": -5}, []string{"timeout_seconds: minimum: -5 is less than 10"}},
 		{"sandbox_create", map[string]any{"image": "x", "env": map[string]any{"A=B": "c"}}, []string{`env name "A=B"`}},
 		{"sandbox_renew", map[string]any{"sandbox_id": "x"}, []string{"timeout_seconds"}},

@@ -118,7 +118,7 @@ func TestLifecycle(t *testing.T) {
 func TestCreateErrors(t *testing.T) {
 	c := newClient(t)
 	ctx := t.Context()
-	if _, err := c.Create(ctx, sdk.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "image or a snapshot is required") {
+	if _, err := c.Create(ctx, sdk.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "an image, a snapshot or a pool is required") {
 		t.Errorf("no image: %v", err)
 	}
 	_, err := c.Create(ctx, sdk.CreateOptions{Image: busyboxImage, Resources: map[string]string{"memory": "lots"}})
