@@ -228,6 +228,10 @@ const (
 	labelVolumeOwner = "opensandbox.volume-owner"
 	// labelSnapshotOf marks a snapshot image.
 	labelSnapshotOf = "opensandbox.snapshot-of"
+	// labelHeld is "true" on a container whose execd starts without the
+	// entrypoint, which the server hands over through execd's /claim
+	// once the disk watcher has the container (held.go); "" otherwise.
+	labelHeld = "opensandbox.entrypoint-held"
 	// labelSubPathVolumes lists, comma-separated, the named volumes a
 	// sandbox mounts writable at a sub path: the engine sees those as
 	// binds of their pins, and the disk watcher counts them from here.
@@ -256,6 +260,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		labelSecure:   strconv.FormatBool(spec.SecureAccess),
 		labelPlatform: "",
 		labelStorage:  "",
+		labelHeld:     "",
 	}
 	for key, v := range map[string]any{labelEntrypoint: spec.Entrypoint, labelMetadata: spec.Metadata, labelExtensions: spec.Extensions} {
 		b, _ := json.Marshal(v)
@@ -280,10 +285,17 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		}
 	}
 	env = append(env, envExecdToken+"="+token)
+	limit := storageLimit(cfg, spec.Resources)
 	cmd := append([]string{"--"}, spec.Entrypoint...)
-	if pool != "" {
+	switch {
+	case pool != "":
 		// Started without its entrypoint, which a claim brings.
 		cmd = []string{"--claimable", "--"}
+	case heldEntrypoint(cfg, limit, spec.Entrypoint):
+		// Started without its entrypoint, which the server hands over
+		// once the disk watcher measures the container (held.go).
+		cmd = []string{"--claimable", "--"}
+		labels[labelHeld] = "true"
 	}
 	execdPort, appPort := nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort)), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
@@ -349,7 +361,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		Runtime:      ociRuntime,
 		DNS:          slices.Clone(cfg.DNS),
 	}
-	if limit := storageLimit(cfg, spec.Resources); limit > 0 {
+	if limit > 0 {
 		labels[labelStorage] = strconv.FormatInt(limit, 10)
 		if err := applyStorage(cfg, hc, limit, ociRuntime); err != nil {
 			return nil, nil, nil, err

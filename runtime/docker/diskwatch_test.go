@@ -211,9 +211,10 @@ func TestStorageOvershoot(t *testing.T) {
 	} {
 		for _, mem := range []int64{256 << 20, 2 << 30} {
 			id := sandbox.NewID()
-			// The pause lets the first measurement happen before the
-			// writing starts, as for a sandbox that starts writing later.
-			if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sh", "-c", "sleep 0.5; " + w.script + "; sleep 1000000"},
+			// The entrypoint writes from its first instant: it is held
+			// until the first measurement (held.go), so it is bounded as
+			// a sandbox that starts writing later is.
+			if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sh", "-c", w.script + "; sleep 1000000"},
 				Resources: sandbox.Resources{StorageBytes: limit, MemoryBytes: mem}}); err != nil {
 				t.Fatal(err)
 			}

@@ -113,6 +113,9 @@ type entry struct {
 	// fresh marks a sandbox created by this process, whose provisioning
 	// need not look for a container made before a restart.
 	fresh bool
+	// heldStart is the start of its container whose held entrypoint was
+	// handed over (record.HeldStart).
+	heldStart string
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }

@@ -129,8 +129,18 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}
 	}
-	if err := r.waitExecd(ctx, execd, e.token, info.ID); err != nil {
+	r.mu.Lock()
+	token, heldStart := e.token, e.heldStart
+	r.mu.Unlock()
+	if err := r.waitExecd(ctx, execd, token, info.ID); err != nil {
 		return err
+	}
+	handed := ""
+	if isHeld(info.Labels) && info.State == "running" && info.StartedAt != heldStart {
+		if err := r.handOverEntrypoint(ctx, id, info, execd, token); err != nil {
+			return err
+		}
+		handed = info.StartedAt
 	}
 	state, reason := sandbox.StateRunning, "CONTAINER_RUNNING"
 	if info.State == "paused" {
@@ -144,8 +154,17 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	err = r.updateRecord(id, func(cur *entry) (func(*record), error) {
 		if cur != nil {
 			r.transitionLocked(cur, state, reason, "")
+			if handed != "" {
+				cur.heldStart = handed
+			}
 		}
-		return func(rec *record) { rec.Spec = nil }, nil
+		return func(rec *record) {
+			// Running, again if its container stopped and started since.
+			rec.Spec, rec.Failure = nil, nil
+			if handed != "" {
+				rec.HeldStart = handed
+			}
+		}, nil
 	})
 	if err != nil {
 		r.log.Warn("record sandbox running", "sandbox", id, "err", err)
