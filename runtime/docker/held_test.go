@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -128,7 +129,7 @@ func TestHeldEntrypoint(t *testing.T) {
 	}
 	// A hand-over made again (as by a server that stopped before it
 	// recorded its own) is taken as done, and starts nothing.
-	if err := rt1.handOverEntrypoint(ctx, id, info, info.Ports[sandbox.PortExecd], rt1.byID[id].token); err != nil {
+	if err := rt1.handOverEntrypoint(ctx, id, info, info.Ports[api.ExecdPort], rt1.byID[id].token); err != nil {
 		t.Fatalf("a second hand-over: %v", err)
 	}
 	if got := starts(t, id); got != "1" {
