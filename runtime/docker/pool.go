@@ -271,7 +271,7 @@ func (r *Runtime) membersLocked(pool string) []warmpool.Member {
 // becomes visible, Running, when this returns.
 func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
 	r.mu.Lock()
-	id, oldToken, addr := e.sb.ID, e.token, e.ports[sandbox.PortExecd]
+	id, oldToken, addr := e.sb.ID, e.token, e.ports[api.ExecdPort]
 	r.mu.Unlock()
 	entrypoint := spec.Entrypoint
 	if len(entrypoint) == 0 {

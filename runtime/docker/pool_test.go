@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -36,31 +39,30 @@ func createPool(t *testing.T, rt *Runtime, p sandbox.Pool, want int) {
 	waitPool(t, rt, p.Name, func(st sandbox.PoolStatus) bool { return st.Available == want && st.Starting == 0 })
 }
 
-// waitPool polls the pool's status until cond holds, for at most a
-// minute, and says what the pool held when it gave up.
+// waitPool polls the pool's status until cond holds, as long as
+// starting the largest pool these tests fill (20 sandboxes) may take on
+// this machine, and says what the pool held when it gives up.
 func waitPool(t *testing.T, rt *Runtime, name string, cond func(sandbox.PoolStatus) bool) sandbox.PoolStatus {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var st sandbox.PoolStatus
+	testwait.Wait{What: "pool " + name, Starts: 20, Every: 50 * time.Millisecond,
+		Describe: func() string { return fmt.Sprintf("pool %s: %+v", name, st) },
+	}.Until(t, func() bool {
 		info, err := rt.GetPool(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cond(info.Status) {
-			return info.Status
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for pool %s; its status: %+v", name, info.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		st = info.Status
+		return cond(st)
+	})
+	return st
 }
 
 // pingWith reports the status execd at the sandbox's endpoint answers a
 // token with.
 func pingWith(t *testing.T, rt *Runtime, id sandbox.ID, token string) int {
 	t.Helper()
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -277,7 +278,7 @@ func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Mem
 	}
 	for k := range spec.Env {
 		if k == "" || reservedEnv[k] {
-			return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 				fmt.Sprintf("the sandbox refused the request: invalid environment variable name %q", k))
 		}
 	}

@@ -447,7 +447,7 @@ func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Mem
 	}
 
 	token := newToken()
-	url := "http://" + net.JoinHostPort(taken.Status.PodIP, strconv.Itoa(sandbox.PortExecd))
+	url := "http://" + net.JoinHostPort(taken.Status.PodIP, strconv.Itoa(api.ExecdPort))
 	if err := warmpool.ClaimExecd(ctx, r.httpc, url, oldToken, api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint}); err != nil {
 		if errors.Is(err, sandbox.ErrInvalid) {
 			r.putBack(ctx, pod, taken)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -25,13 +28,15 @@ func testPoolDef(name string, n int) sandbox.Pool {
 }
 
 // waitPoolStatus polls every runtime's view of the pool until cond holds
-// on all, for at most three minutes, and says what they saw when it gives
-// up.
-func waitPoolStatus(t *testing.T, name string, cond func(sandbox.PoolStatus) bool, rts ...*Runtime) {
+// on all, as long as starting n pods may take on this machine, and says
+// what they saw when it gives up.
+func waitPoolStatus(t *testing.T, name string, n int, cond func(sandbox.PoolStatus) bool, rts ...*Runtime) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		var seen []sandbox.PoolStatus
+	var seen []sandbox.PoolStatus
+	testwait.Wait{What: "pool " + name, Starts: n * podStarts, Every: 100 * time.Millisecond,
+		Describe: func() string { return fmt.Sprintf("the replicas see pool %s as %+v", name, seen) },
+	}.Until(t, func() bool {
+		seen = seen[:0]
 		ok := true
 		for _, rt := range rts {
 			info, err := rt.GetPool(context.Background(), name)
@@ -41,14 +46,8 @@ func waitPoolStatus(t *testing.T, name string, cond func(sandbox.PoolStatus) boo
 			seen = append(seen, info.Status)
 			ok = ok && cond(info.Status)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for pool %s; the replicas see %+v", name, seen)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok
+	})
 }
 
 // warmPods returns the warm pods of pool, oldest first, as rt sees them.
@@ -76,7 +75,7 @@ func TestPoolThirtyClaimsOnFive(t *testing.T) {
 	if _, err := a.CreatePool(ctx, testPoolDef("five", 5)); err != nil {
 		t.Fatal(err)
 	}
-	waitPoolStatus(t, "five", func(st sandbox.PoolStatus) bool { return st.Available == 5 && st.Starting == 0 }, a, b)
+	waitPoolStatus(t, "five", 5, func(st sandbox.PoolStatus) bool { return st.Available == 5 && st.Starting == 0 }, a, b)
 	var (
 		mu    sync.Mutex
 		got   = map[sandbox.ID]int{}
@@ -114,7 +113,7 @@ func TestPoolThirtyClaimsOnFive(t *testing.T) {
 		if n != 1 {
 			t.Errorf("sandbox %s handed out %d times", id, n)
 		}
-		ep, err := a.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, err := a.Endpoint(ctx, id, api.ExecdPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +129,7 @@ func setToken(t *testing.T, env *testEnv, rt *Runtime, id sandbox.ID, token stri
 	if _, err := env.cs.CoreV1().Secrets(env.ns).Patch(context.Background(), podName(id), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the runtime reads the changed token", func() bool { return rt.token(id) == token })
+	waitFor(t, 1, "the runtime reads the changed token", func() bool { return rt.token(id) == token })
 }
 
 // TestPoolFailedHandOver: a warm pod whose execd refuses the hand-over is
@@ -144,7 +143,7 @@ func TestPoolFailedHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := func(st sandbox.PoolStatus) bool { return st.Available == 3 && st.Starting == 0 }
-	waitPoolStatus(t, "handover", ready, rt)
+	waitPoolStatus(t, "handover", 3, ready, rt)
 	warm := warmPods(rt, "handover")
 	setToken(t, env, rt, warm[0], "not-the-pool-token-0")
 	sb, err := rt.Claim(ctx, "handover", sandbox.Spec{})
@@ -155,12 +154,12 @@ func TestPoolFailedHandOver(t *testing.T) {
 		t.Errorf("handed out %s; want %s, the next oldest", sb.ID, warm[1])
 	}
 	if _, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(warm[0]), metav1.GetOptions{}); err == nil {
-		waitFor(t, time.Minute, "the pod whose hand-over failed is deleted", func() bool {
+		waitFor(t, 1, "the pod whose hand-over failed is deleted", func() bool {
 			p, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(warm[0]), metav1.GetOptions{})
 			return err != nil || p.DeletionTimestamp != nil
 		})
 	}
-	waitPoolStatus(t, "handover", ready, rt)
+	waitPoolStatus(t, "handover", 3, ready, rt)
 
 	warm = warmPods(rt, "handover")
 	setToken(t, env, rt, warm[0], "not-the-pool-token-1")
@@ -193,7 +192,7 @@ func TestPoolBadClaimStaysWarm(t *testing.T) {
 	if _, err := rt.CreatePool(ctx, testPoolDef("bad", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitPoolStatus(t, "bad", func(st sandbox.PoolStatus) bool { return st.Available == 1 && st.Starting == 0 }, rt)
+	waitPoolStatus(t, "bad", 1, func(st sandbox.PoolStatus) bool { return st.Available == 1 && st.Starting == 0 }, rt)
 	warm := warmPods(rt, "bad")
 	_, err := rt.Claim(ctx, "bad", sandbox.Spec{Env: map[string]string{"": "x"}, Metadata: map[string]string{"who": "bad"}})
 	if !errors.Is(err, sandbox.ErrInvalid) {
@@ -210,7 +209,7 @@ func TestPoolBadClaimStaysWarm(t *testing.T) {
 	if sb.ID != warm[0] {
 		t.Errorf("claimed %s, want %s, put back", sb.ID, warm[0])
 	}
-	ep, err := rt.Endpoint(ctx, sb.ID, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, sb.ID, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

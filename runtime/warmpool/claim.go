@@ -219,7 +219,7 @@ func ClaimExecd(ctx context.Context, client *http.Client, baseURL, poolToken str
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	switch {
 	case resp.StatusCode == http.StatusBadRequest:
-		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("claim through execd: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}

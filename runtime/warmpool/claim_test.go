@@ -275,7 +275,7 @@ func TestClaimHandOverFailures(t *testing.T) {
 	})
 	t.Run("a bad request: error, the sandbox stays warm", func(t *testing.T) {
 		p := newPool(2)
-		bad := sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "bad entrypoint")
+		bad := sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "bad entrypoint")
 		p.fail = func(sandbox.ID) error { return bad }
 		tr, obs := NewTracker(), &observer{}
 		_, err := Claim(context.Background(), p, candidates(tr), "p", &sandbox.Spec{}, obs)

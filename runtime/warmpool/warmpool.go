@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -38,17 +39,17 @@ const (
 
 // NotFound is the error for a pool that does not exist.
 func NotFound(name string) error {
-	return sandbox.Coded(sandbox.ErrNotFound, "POOL::NOT_FOUND", fmt.Sprintf("pool %s not found", name))
+	return sandbox.Coded(sandbox.ErrNotFound, api.CodePoolNotFound, fmt.Sprintf("pool %s not found", name))
 }
 
 // Exists is the error for creating a pool whose name is taken.
 func Exists(name string) error {
-	return sandbox.Coded(sandbox.ErrConflict, "POOL::ALREADY_EXISTS", fmt.Sprintf("pool %s already exists", name))
+	return sandbox.Coded(sandbox.ErrConflict, api.CodePoolAlreadyExists, fmt.Sprintf("pool %s already exists", name))
 }
 
 // Invalid is the error for a pool definition the runtime cannot run.
 func Invalid(msg string) error {
-	return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", msg)
+	return sandbox.Coded(sandbox.ErrInvalid, api.CodePoolInvalidParameter, msg)
 }
 
 // Member is one sandbox a pool started, as its runtime sees it now.
