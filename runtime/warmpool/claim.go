@@ -189,12 +189,29 @@ func (t *Tracker) release(id sandbox.ID) {
 	t.released = make(chan struct{})
 }
 
+// ErrClaimed is ClaimExecd's error when execd has been claimed already in
+// its present life, or runs an entrypoint already: whatever the call was
+// to hand over is in place, and was not handed over twice.
+var ErrClaimed = errors.New("execd has been claimed already")
+
+// claimedAlready reports whether execd's 409 to a claim says that it took
+// one already, or runs an entrypoint already.
+func claimedAlready(body []byte) bool {
+	var e api.ErrorResponse
+	if json.Unmarshal(body, &e) != nil {
+		return false
+	}
+	return strings.Contains(e.Message, "claimed already") || strings.Contains(e.Message, "already has an entrypoint")
+}
+
 // claimTimeout bounds the call to execd's /claim.
 const claimTimeout = 10 * time.Second
 
 // ClaimExecd hands a warm sandbox over to its user through execd at
 // baseURL ("http://host:port"), authenticated with the pool's token: in
 // one call execd takes the new token, the environment and the entrypoint.
+// The Docker runtime starts a held entrypoint the same way, with the
+// sandbox's own token. A claim execd took already is ErrClaimed.
 // The call is not cut short by ctx's end (a claim execd took must be
 // known), only by claimTimeout. A request execd refuses as bad (400) is
 // sandbox.ErrInvalid, and execd has taken none of it.
@@ -220,6 +237,8 @@ func ClaimExecd(ctx context.Context, client *http.Client, baseURL, poolToken str
 	switch {
 	case resp.StatusCode == http.StatusBadRequest:
 		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
+	case resp.StatusCode == http.StatusConflict && claimedAlready(msg):
+		return fmt.Errorf("%w: %s", ErrClaimed, bytes.TrimSpace(msg))
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("claim through execd: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}

@@ -377,3 +377,25 @@ func TestClaimExecd(t *testing.T) {
 		t.Errorf("execd unreachable: %v", err)
 	}
 }
+
+func TestClaimExecdClaimedAlready(t *testing.T) {
+	for _, tc := range []struct {
+		message string
+		claimed bool
+	}{
+		{"this sandbox has been claimed already", true},
+		{"this sandbox already has an entrypoint", true},
+		{"execd runs without a token (--insecure): it cannot be claimed", false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(api.ErrorResponse{Code: api.CodeInvalidRequestBody, Message: tc.message})
+		}))
+		err := ClaimExecd(context.Background(), srv.Client(), srv.URL, "token", api.ClaimRequest{Token: "new-token-0123456789"})
+		srv.Close()
+		if err == nil || errors.Is(err, ErrClaimed) != tc.claimed || errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("409 %q: %v, want ErrClaimed %v", tc.message, err, tc.claimed)
+		}
+	}
+}
