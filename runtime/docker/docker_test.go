@@ -14,7 +14,6 @@ import (
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
-	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 const testImage = "opensandbox/busybox"
@@ -70,10 +69,13 @@ func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 
 func TestConformance(t *testing.T) {
 	testenv.MustHaveDocker(t)
-	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t, nil) }, runtimetest.Options{
-		Image:        testImage,
-		Entrypoint:   []string{"sleep", "1000000"},
-		MissingImage: "127.0.0.1:1/opensandbox/missing:latest",
-		Reach:        runtimetest.ReachExecd,
+	testenv.MustHaveImage(t, testImage)
+	runtimetest.Run(t, newSuiteRuntime, runtimetest.Options{
+		Image:             testImage,
+		Entrypoint:        []string{"sleep", "1000000"},
+		MissingImage:      "127.0.0.1:1/opensandbox/missing:latest",
+		Reach:             runtimetest.ReachExecd,
+		PoolStartsPerPass: maxParallelStarts,
+		Hooks:             suiteHooks,
 	})
 }
