@@ -29,11 +29,13 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime {
 		return env.runtime(t, env.config("conf-"+randomSuffix()))
 	}, runtimetest.Options{
-		Image:        testImage,
-		Entrypoint:   testEntrypoint,
-		MissingImage: missingImage,
-		Reach:        runtimetest.ReachExecd,
-		StartTimeout: 2 * time.Minute,
+		Image:             testImage,
+		Entrypoint:        testEntrypoint,
+		MissingImage:      missingImage,
+		Reach:             runtimetest.ReachExecd,
+		StartTimeout:      2 * time.Minute,
+		PoolStartsPerPass: maxStartsPerTick,
+		Hooks:             env.suiteHooks(),
 	})
 }
 
