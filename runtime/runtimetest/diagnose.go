@@ -21,7 +21,7 @@ func (s *suite) diagnostics(t *testing.T) {
 	if !ok {
 		t.Skip("runtime has no diagnostics")
 	}
-	pace := s.pace(t)
+	limit := s.startLimit(t)
 	ctx := context.Background()
 	word := fmt.Sprintf("diagnosed-%d", time.Now().UnixNano())
 	spec := s.spec()
@@ -29,10 +29,10 @@ func (s *suite) diagnostics(t *testing.T) {
 		spec.Entrypoint = s.opts.Hooks.Output(word)
 	}
 	id := s.create(t, rt, spec)
-	WaitState(t, rt, id, sandbox.StateRunning, pace)
+	WaitState(t, rt, id, sandbox.StateRunning, limit)
 
 	if s.opts.Hooks.Output != nil {
-		deadline := time.Now().Add(pace)
+		deadline := time.Now().Add(limit)
 		for {
 			logs, err := d.Logs(ctx, id, 0, time.Time{})
 			if err != nil {
@@ -42,7 +42,7 @@ func (s *suite) diagnostics(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("Logs after %v has no %q, what the entrypoint printed:\n%s", pace, word, logs)
+				t.Fatalf("Logs after %v has no %q, what the entrypoint printed:\n%s", limit, word, logs)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -76,7 +76,7 @@ func (s *suite) diagnostics(t *testing.T) {
 	failing := s.spec()
 	failing.Image = s.opts.MissingImage
 	failed := s.create(t, rt, failing)
-	sb := WaitState(t, rt, failed, sandbox.StateFailed, pace)
+	sb := WaitState(t, rt, failed, sandbox.StateFailed, limit)
 	found := false
 	for _, ev := range checkEvents(t, d, failed) {
 		found = found || strings.Contains(ev.Type+" "+ev.Message, sb.Status.Reason)
@@ -134,16 +134,16 @@ func (s *suite) reconcile(t *testing.T) {
 		t.Skip("no Vanish hook")
 	}
 	rt := s.new(t)
-	pace := s.pace(t)
+	limit := s.startLimit(t)
 	ctx := context.Background()
 	healthy := s.create(t, rt, s.spec())
 	doomed := s.create(t, rt, s.spec())
-	WaitState(t, rt, healthy, sandbox.StateRunning, pace)
-	WaitState(t, rt, doomed, sandbox.StateRunning, pace)
+	WaitState(t, rt, healthy, sandbox.StateRunning, limit)
+	WaitState(t, rt, doomed, sandbox.StateRunning, limit)
 	s.opts.Hooks.Vanish(t, rt, doomed)
 
 	rec, _ := rt.(sandbox.Reconciler)
-	deadline := time.Now().Add(pace)
+	deadline := time.Now().Add(limit)
 	for {
 		if rec != nil {
 			if err := rec.Reconcile(ctx); err != nil {
@@ -164,7 +164,7 @@ func (s *suite) reconcile(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a sandbox whose objects vanished is still %+v after %v; want gone or Failed", sb.Status, pace)
+			t.Fatalf("a sandbox whose objects vanished is still %+v after %v; want gone or Failed", sb.Status, limit)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

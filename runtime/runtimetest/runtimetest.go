@@ -123,6 +123,13 @@ func (s *suite) pace(t *testing.T) time.Duration {
 	return s.paced
 }
 
+// startLimit is how long the suite waits for one sandbox to start: the
+// pace, or StartTimeout if longer.
+func (s *suite) startLimit(t *testing.T) time.Duration {
+	t.Helper()
+	return max(s.pace(t), s.opts.StartTimeout)
+}
+
 func (s *suite) spec() sandbox.Spec {
 	return sandbox.Spec{
 		Image:      s.opts.Image,
