@@ -703,6 +703,9 @@ func (s *suite) poolDelete(t *testing.T) {
 	if info.Revision == old.Revision {
 		t.Errorf("a new pool of the same name has the old one's revision %d", info.Revision)
 	}
+	if st := p.status(); st.Allocated != 0 || st.Claims != 0 {
+		t.Fatalf("a new pool of the same name counts what the old one handed out: %+v", st)
+	}
 	p.full(2)
 	if st := p.status(); st.Allocated != 0 || st.Total != 2 || st.Claims != 0 {
 		t.Errorf("a new pool of the same name: %+v, want only its 2 ready sandboxes", st)
