@@ -28,16 +28,28 @@ func (s *suite) pools(t *testing.T) {
 	if s.opts.Hooks.WarmLeft == nil {
 		t.Fatal("a runtime with warm pools must give the suite Hooks.WarmLeft")
 	}
-	t.Run("Fill", s.poolFill)
-	t.Run("PoolMin", s.poolMin)
-	t.Run("RefillPastOnePass", s.poolRefillPastOnePass)
-	t.Run("Oldest", s.poolOldest)
-	t.Run("ClaimsOnce", s.poolClaimsOnce)
-	t.Run("TemplateChange", s.poolTemplateChange)
-	t.Run("FailingTemplate", s.poolFailingTemplate)
-	t.Run("FailedHandOver", s.poolFailedHandOver)
-	t.Run("Delete", s.poolDelete)
-	t.Run("Restart", s.poolRestart)
+	// Each sub-test has a runtime of its own: they run side by side, as
+	// many at once as -test.parallel allows.
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"Fill", s.poolFill},
+		{"PoolMin", s.poolMin},
+		{"RefillPastOnePass", s.poolRefillPastOnePass},
+		{"Oldest", s.poolOldest},
+		{"ClaimsOnce", s.poolClaimsOnce},
+		{"TemplateChange", s.poolTemplateChange},
+		{"FailingTemplate", s.poolFailingTemplate},
+		{"FailedHandOver", s.poolFailedHandOver},
+		{"Delete", s.poolDelete},
+		{"Restart", s.poolRestart},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t)
+		})
+	}
 }
 
 // poolCase is one pool of a fresh runtime under test.
