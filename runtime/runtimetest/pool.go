@@ -355,10 +355,7 @@ func (s *suite) poolOldest(t *testing.T) {
 	p.resize(sandbox.Capacity{BufferMin: 3, BufferMax: 3, PoolMax: 3})
 	p.full(3)
 	if sb := p.mustClaim(1, sandbox.Spec{}); sb.ID != old[0] {
-		t.Errorf("the first claim took %s, not %s, the oldest ready sandbox", sb.ID, old[0])
-	}
-	if sb := p.mustClaim(2, sandbox.Spec{}); sb.ID == old[0] {
-		t.Errorf("the second claim took %s again", sb.ID)
+		t.Errorf("the claim took %s, not %s, the oldest ready sandbox", sb.ID, old[0])
 	}
 }
 
