@@ -549,21 +549,30 @@ func (s *suite) poolFailingTemplate(t *testing.T) {
 	// The sandboxes started before the first failure was known may still
 	// be failing; from then on, one attempt at a time.
 	p.waitFor("down to one start at a time", 1, func(st sandbox.PoolStatus) bool { return st.Starting <= 1 })
+	// Watch it retry twice after the error was known, never two at once,
+	// and not in a loop.
+	before := p.warm()
 	attempts := map[sandbox.ID]bool{}
-	end := time.Now().Add(3 * quiet)
-	for time.Now().Before(end) {
+	began := time.Now()
+	for len(attempts) < 2 && time.Since(began) < 2*p.pace {
 		st := p.status()
 		if st.Starting > 1 || st.Available != 0 || st.Error == "" {
 			t.Fatalf("a failing pool: %+v; want at most one starting, none ready, and its error\n%s", st, p.report())
 		}
 		for _, id := range p.warm() {
-			attempts[id] = true
+			if !slices.Contains(before, id) {
+				attempts[id] = true
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	// Backing off from 1 s, doubling: a handful of attempts at most.
-	if n := len(attempts); n > int(3*quiet/time.Second)+1 {
-		t.Errorf("a failing pool tried %d sandboxes in %v; want it to back off", n, 3*quiet)
+	took := time.Since(began)
+	t.Logf("the failing pool tried %d sandboxes in %v", len(attempts), took.Round(time.Millisecond))
+	switch {
+	case len(attempts) == 0:
+		t.Errorf("a failing pool tried no sandbox in %v; want it to keep trying, backing off", took)
+	case len(attempts) == 2 && took < time.Second:
+		t.Errorf("a failing pool tried 2 sandboxes in %v; want it to back off from 1 s", took)
 	}
 	asked := time.Now()
 	if _, err := p.claim(1, sandbox.Spec{}); !errors.Is(err, sandbox.ErrPoolEmpty) {
