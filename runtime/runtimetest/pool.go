@@ -338,24 +338,37 @@ func (s *suite) poolRefillPastOnePass(t *testing.T) {
 	p.full(n)
 }
 
-// poolOldest: a claim takes the oldest ready sandbox.
+// poolOldest: a claim takes the oldest ready sandbox. Three are made one
+// after another, each in a later second than the one before (runtimes
+// may keep creation times in whole seconds); claims take them in that
+// order.
 func (s *suite) poolOldest(t *testing.T) {
 	p := s.newPool(t, "oldest", sandbox.Capacity{BufferMin: 1, BufferMax: 1, PoolMax: 3}, s.template())
-	p.full(1)
-	ready := time.Now()
-	old := p.warm()
-	if len(old) != 1 {
-		t.Fatalf("one ready sandbox, but warm sandboxes %v", old)
+	var order []sandbox.ID
+	for n := 1; n <= 3; n++ {
+		if n > 1 {
+			p.resize(sandbox.Capacity{BufferMin: n, BufferMax: n, PoolMax: 3})
+		}
+		p.full(n)
+		ready := time.Now()
+		for _, id := range p.warm() {
+			if !slices.Contains(order, id) {
+				order = append(order, id)
+			}
+		}
+		if len(order) != n {
+			t.Fatalf("%d ready sandboxes, made one at a time, but warm sandboxes %v", n, p.warm())
+		}
+		for time.Now().Before(ready.Truncate(time.Second).Add(time.Second)) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
-	// The next one is made in a later second than the first, which
-	// runtimes that keep creation times in whole seconds can tell apart.
-	for time.Now().Before(ready.Truncate(time.Second).Add(time.Second)) {
-		time.Sleep(10 * time.Millisecond)
+	var got []sandbox.ID
+	for n := range order {
+		got = append(got, p.mustClaim(n, sandbox.Spec{}).ID)
 	}
-	p.resize(sandbox.Capacity{BufferMin: 3, BufferMax: 3, PoolMax: 3})
-	p.full(3)
-	if sb := p.mustClaim(1, sandbox.Spec{}); sb.ID != old[0] {
-		t.Errorf("the claim took %s, not %s, the oldest ready sandbox", sb.ID, old[0])
+	if !slices.Equal(got, order) {
+		t.Errorf("claims took %v; want the oldest first: %v", got, order)
 	}
 }
 
