@@ -15,7 +15,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -32,7 +32,7 @@ func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 	if _, err := rt.Create(context.Background(), id, spec); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 60*time.Second)
+	waitState(t, rt, id, sandbox.StateRunning)
 	return id
 }
 
@@ -40,7 +40,7 @@ func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 // returns its stdout and exit status ("0" on success).
 func run(t *testing.T, rt *Runtime, id sandbox.ID, command string) (string, string) {
 	t.Helper()
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestRestartRecovers(t *testing.T) {
 	}
 	failed := sandbox.NewID()
 	rt1.Create(ctx, failed, sandbox.Spec{Image: "127.0.0.1:1/missing:latest", Entrypoint: []string{"x"}})
-	runtimetest.WaitState(t, rt1, failed, sandbox.StateFailed, 30*time.Second)
+	waitState(t, rt1, failed, sandbox.StateFailed)
 	halfDeleted := start(t, rt1, sandbox.Spec{})
 	rt1.st.updateRecord(halfDeleted, func(r *record) { r.Deleting = true })
 	// A create the restart caught before its container existed.
@@ -147,7 +147,7 @@ func TestRestartRecovers(t *testing.T) {
 	if _, err := rt2.eng.inspect(ctx, containerName(halfDeleted)); err == nil {
 		t.Fatal("the half-deleted sandbox's container was left behind")
 	}
-	runtimetest.WaitState(t, rt2, interrupted, sandbox.StateRunning, 30*time.Second)
+	waitState(t, rt2, interrupted, sandbox.StateRunning)
 	if err := rt2.Resume(ctx, paused); err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +188,11 @@ func TestEngineEventsUpdateState(t *testing.T) {
 	rt := newTestRuntime(t, nil)
 	id := start(t, rt, sandbox.Spec{})
 	exec.Command("docker", "pause", containerName(id)).Run()
-	waitFor(t, "Paused after docker pause", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StatePaused })
+	waitState(t, rt, id, sandbox.StatePaused)
 	exec.Command("docker", "unpause", containerName(id)).Run()
-	waitFor(t, "Running after docker unpause", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StateRunning })
+	waitState(t, rt, id, sandbox.StateRunning)
 	exec.Command("docker", "kill", containerName(id)).Run()
-	waitFor(t, "Failed after docker kill", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StateFailed })
+	waitState(t, rt, id, sandbox.StateFailed)
 	evs, _ := rt.Events(context.Background(), id)
 	var types []string
 	for _, e := range evs {
@@ -203,13 +203,53 @@ func TestEngineEventsUpdateState(t *testing.T) {
 	}
 }
 
+// waitFor waits until cond holds, for as long as one sandbox start may
+// take on this machine (see testwait).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testwait.Wait{What: what, Every: 20 * time.Millisecond}.Until(t, cond)
+}
+
+// waitState waits until a sandbox is in state, for as long as one start
+// may take on this machine; a sandbox that fails instead fails the test
+// at once. Either way the failure says what the sandbox was doing.
+func waitState(t *testing.T, rt *Runtime, id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
+	t.Helper()
+	var sb *sandbox.Sandbox
+	testwait.Wait{What: fmt.Sprintf("sandbox %s to be %s", id, want), Every: 20 * time.Millisecond,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		var err error
+		if sb, err = rt.Get(context.Background(), id); err != nil {
+			t.Fatalf("Get(%s) while waiting for %s: %v\n%s", id, want, err, describe(rt, id))
 		}
+		if sb.Status.State == sandbox.StateFailed && want != sandbox.StateFailed {
+			t.Fatalf("sandbox %s failed while waiting for %s: %s: %s\n%s", id, want, sb.Status.Reason, sb.Status.Message, describe(rt, id))
+		}
+		return sb.Status.State == want
+	})
+	return sb
+}
+
+// describe says what a sandbox is doing: its status, events and log as
+// the runtime has them, and its container as the engine has it.
+func describe(rt *Runtime, id sandbox.ID) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if sb, err := rt.Get(ctx, id); err != nil {
+		fmt.Fprintf(&b, "sandbox %s: %v\n", id, err)
+	} else {
+		fmt.Fprintf(&b, "sandbox %s: %s (%s) since %v: %s\n", id, sb.Status.State, sb.Status.Reason, sb.Status.Since, sb.Status.Message)
 	}
+	evs, err := rt.Events(ctx, id)
+	fmt.Fprintf(&b, "events (%v):\n", err)
+	for _, e := range evs {
+		fmt.Fprintf(&b, "    %s %s:%s %s\n", e.Time.Format(time.StampMilli), e.Source, e.Type, e.Message)
+	}
+	logs, err := rt.Logs(ctx, id, 30, time.Time{})
+	fmt.Fprintf(&b, "log (%v):\n%s\n", err, logs)
+	b.WriteString(testwait.Containers("label=" + labelID + "=" + string(id)))
+	return b.String()
 }
 
 // TestPauseKeepsProcesses: a paused sandbox's processes are frozen, not
@@ -360,7 +400,7 @@ func TestImageRemovedAfterUse(t *testing.T) {
 	if _, err := rt.Create(context.Background(), id, sandbox.Spec{Image: tag, Entrypoint: []string{"sleep", "100"}}); err != nil {
 		t.Fatal(err)
 	}
-	sb := runtimetest.WaitState(t, rt, id, sandbox.StateFailed, 30*time.Second)
+	sb := waitState(t, rt, id, sandbox.StateFailed)
 	if sb.Status.Reason != "IMAGE_NOT_FOUND" {
 		t.Fatalf("status %+v", sb.Status)
 	}

@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 )
 
@@ -51,7 +53,7 @@ func testScope() string {
 func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 	t.Helper()
 	testenv.MustHaveImage(t, testImage)
-	cfg := Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: 30e9}
+	cfg := Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: startTimeout()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -67,6 +69,11 @@ func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 	return rt
 }
 
+// startTimeout is the runtimes' StartTimeout: twice what a test waits for
+// a start, so that the test's wait, which says what the sandbox was
+// doing, runs out before the runtime fails the sandbox. At least 30 s.
+func startTimeout() time.Duration { return max(30*time.Second, testwait.TimeoutN(2)) }
+
 func TestConformance(t *testing.T) {
 	testenv.MustHaveDocker(t)
 	testenv.MustHaveImage(t, testImage)
@@ -75,6 +82,7 @@ func TestConformance(t *testing.T) {
 		Entrypoint:        []string{"sleep", "1000000"},
 		MissingImage:      "127.0.0.1:1/opensandbox/missing:latest",
 		Reach:             runtimetest.ReachExecd,
+		StartTimeout:      max(60*time.Second, testwait.Timeout()),
 		PoolStartsPerPass: maxParallelStarts,
 		Hooks:             suiteHooks,
 	})

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -72,7 +72,7 @@ func TestFailedSandboxKeepsItsLog(t *testing.T) {
 	ctx := context.Background()
 	id := start(t, rt, sandbox.Spec{Entrypoint: []string{"sh", "-c", "echo the-entrypoint-spoke; sleep 1000"}})
 	exec.Command("docker", "kill", containerName(id)).Run()
-	waitFor(t, "Failed", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.State == sandbox.StateFailed })
+	waitState(t, rt, id, sandbox.StateFailed)
 	rt.Reconcile(ctx)
 	logs, err := rt.Logs(ctx, id, 0, time.Time{})
 	if err != nil || !strings.Contains(logs, "the-entrypoint-spoke") || !strings.Contains(logs, "execd listening") {
@@ -171,7 +171,7 @@ func TestDeleteAbandonsStalledPull(t *testing.T) {
 	waitFor(t, "the pull", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.Reason == "PULLING_IMAGE" })
 	endpointErr := make(chan error, 1)
 	go func() {
-		_, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+		_, err := rt.Endpoint(ctx, id, api.ExecdPort)
 		endpointErr <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
@@ -254,5 +254,5 @@ func TestForeignNamedVolumesRefused(t *testing.T) {
 	if _, err := allowed.Create(ctx, id, spec); err != nil {
 		t.Fatalf("allowlisted volume: %v", err)
 	}
-	runtimetest.WaitState(t, allowed, id, sandbox.StateRunning, 30*time.Second)
+	waitState(t, allowed, id, sandbox.StateRunning)
 }

@@ -21,7 +21,7 @@ var reopened sync.Map
 // directory, removed with all it made when the test ends unless a Reopen
 // took its place.
 func newSuiteRuntime(t *testing.T) sandbox.Runtime {
-	return openSuiteRuntime(t, Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: 30e9})
+	return openSuiteRuntime(t, Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: startTimeout()})
 }
 
 func openSuiteRuntime(t *testing.T, cfg Config) *Runtime {

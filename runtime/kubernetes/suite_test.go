@@ -36,7 +36,7 @@ func (e *testEnv) suiteHooks() runtimetest.Hooks {
 			if _, err := e.cs.CoreV1().Secrets(e.ns).Patch(context.Background(), podName(id), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				t.Fatalf("patch the token of %s: %v", id, err)
 			}
-			waitFor(t, 30*time.Second, "the runtime sees the patched token of "+string(id), func() bool { return rt.token(id) == wrong })
+			waitFor(t, 1, "the runtime sees the patched token of "+string(id), func() bool { return rt.token(id) == wrong })
 		},
 		Reopen: func(t *testing.T, srt sandbox.Runtime) sandbox.Runtime {
 			rt := srt.(*Runtime)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -184,7 +185,7 @@ func (s *suite) reconcile(t *testing.T) {
 		t.Fatalf("the sandbox beside it after reconciling: %+v, %v", sb, err)
 	}
 	if s.opts.Reach != nil {
-		ep, err := rt.Endpoint(ctx, healthy, sandbox.PortExecd)
+		ep, err := rt.Endpoint(ctx, healthy, api.ExecdPort)
 		if err != nil {
 			t.Fatal(err)
 		}

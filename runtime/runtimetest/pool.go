@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -225,7 +226,7 @@ func (p *poolCase) checkClaimed(sb *sandbox.Sandbox, n int) {
 		p.t.Fatalf("Get of claimed sandbox %s: %+v, %v", sb.ID, got, err)
 	}
 	if p.s.opts.Reach != nil {
-		ep, err := p.rt.Endpoint(context.Background(), sb.ID, sandbox.PortExecd)
+		ep, err := p.rt.Endpoint(context.Background(), sb.ID, api.ExecdPort)
 		if err != nil {
 			p.t.Fatalf("Endpoint of claimed sandbox %s: %v", sb.ID, err)
 		}
@@ -240,7 +241,7 @@ func (p *poolCase) exec(id sandbox.ID, cmd string) (out string, ok bool) {
 	if p.s.opts.Reach == nil {
 		return "", false
 	}
-	ep, err := p.rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := p.rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		p.t.Fatal(err)
 	}
