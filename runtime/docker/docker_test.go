@@ -16,7 +16,6 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
-	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 const testImage = "opensandbox/busybox"
@@ -77,11 +76,14 @@ func startTimeout() time.Duration { return max(30*time.Second, testwait.TimeoutN
 
 func TestConformance(t *testing.T) {
 	testenv.MustHaveDocker(t)
-	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t, nil) }, runtimetest.Options{
-		Image:        testImage,
-		Entrypoint:   []string{"sleep", "1000000"},
-		MissingImage: "127.0.0.1:1/opensandbox/missing:latest",
-		Reach:        runtimetest.ReachExecd,
-		StartTimeout: max(60*time.Second, testwait.Timeout()),
+	testenv.MustHaveImage(t, testImage)
+	runtimetest.Run(t, newSuiteRuntime, runtimetest.Options{
+		Image:             testImage,
+		Entrypoint:        []string{"sleep", "1000000"},
+		MissingImage:      "127.0.0.1:1/opensandbox/missing:latest",
+		Reach:             runtimetest.ReachExecd,
+		StartTimeout:      max(60*time.Second, testwait.Timeout()),
+		PoolStartsPerPass: maxParallelStarts,
+		Hooks:             suiteHooks,
 	})
 }

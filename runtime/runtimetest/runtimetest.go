@@ -4,7 +4,9 @@
 package runtimetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +34,37 @@ type Options struct {
 	Reach func(t *testing.T, ep sandbox.Endpoint)
 	// StartTimeout bounds how long a sandbox may stay Pending. Default 60 s.
 	StartTimeout time.Duration
+	// PoolStartsPerPass is how many warm sandboxes the runtime starts for
+	// one pool in one pass; the pool suite fills a pool past it. Zero
+	// leaves the refill over several passes untested.
+	PoolStartsPerPass int
+	// Hooks reach behind the runtime's API, for what the suite cannot do
+	// through it.
+	Hooks Hooks
+}
+
+// Hooks are what a runtime's test gives the suite to look at or act on its
+// engine directly. A nil hook leaves the sub-tests that need it skipped,
+// except WarmLeft, which a runtime with pools must give.
+type Hooks struct {
+	// WarmLeft returns the warm sandboxes of pool that are left: those the
+	// runtime holds for the pool, starting or ready, not handed out and not
+	// being removed, and any object on the engine made for one that the
+	// runtime no longer accounts for.
+	WarmLeft func(t *testing.T, rt sandbox.Runtime, pool string) []sandbox.ID
+	// BreakWarm makes the hand-over of warm sandbox id fail, as it fails
+	// when the sandbox no longer takes the pool's token.
+	BreakWarm func(t *testing.T, rt sandbox.Runtime, id sandbox.ID)
+	// Reopen closes rt and returns a runtime on the same state (data
+	// directory, namespace, label scope), as a server restart would.
+	Reopen func(t *testing.T, rt sandbox.Runtime) sandbox.Runtime
+	// Vanish removes the sandbox's objects from the engine (its
+	// container, its pod) behind rt's back.
+	Vanish func(t *testing.T, rt sandbox.Runtime, id sandbox.ID)
+	// Output returns an entrypoint that writes line, and a newline, to the
+	// sandbox's output and then keeps running: what Diagnoser.Logs must
+	// find.
+	Output func(line string) []string
 }
 
 // Run runs the suite. newRuntime returns a fresh runtime for one subtest
@@ -50,11 +83,51 @@ func Run(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, opts Optio
 	t.Run("PauseResume", s.pauseResume)
 	t.Run("Snapshots", s.snapshots)
 	t.Run("ConcurrentCreates", s.concurrentCreates)
+	t.Run("Diagnostics", s.diagnostics)
+	t.Run("Reconcile", s.reconcile)
+	t.Run("Pool", s.pools)
 }
 
 type suite struct {
 	new  func(t *testing.T) sandbox.Runtime
 	opts Options
+
+	// pace bounds the waits of the later sub-tests: ten times a cold
+	// start measured once, at least paceFloor.
+	paceMu sync.Mutex
+	paced  time.Duration
+}
+
+// paceFloor is the shortest wait the suite allows for what takes one
+// sandbox start.
+const paceFloor = 10 * time.Second
+
+// pace returns how long the suite waits for what takes one sandbox start
+// on this machine now: ten times a cold start, timed on first use, and
+// at least paceFloor. Loaded machines get longer waits; no wait is a
+// fixed guess.
+func (s *suite) pace(t *testing.T) time.Duration {
+	t.Helper()
+	s.paceMu.Lock()
+	defer s.paceMu.Unlock()
+	if s.paced == 0 {
+		rt := s.new(t)
+		start := time.Now()
+		id := s.create(t, rt, s.spec())
+		WaitState(t, rt, id, sandbox.StateRunning, s.opts.StartTimeout)
+		took := time.Since(start)
+		rt.Delete(context.Background(), id)
+		s.paced = max(paceFloor, 10*took)
+		t.Logf("a cold start took %v: the suite waits up to %v for one", took.Round(time.Millisecond), s.paced)
+	}
+	return s.paced
+}
+
+// startLimit is how long the suite waits for one sandbox to start: the
+// pace, or StartTimeout if longer.
+func (s *suite) startLimit(t *testing.T) time.Duration {
+	t.Helper()
+	return max(s.pace(t), s.opts.StartTimeout)
 }
 
 func (s *suite) spec() sandbox.Spec {
@@ -375,47 +448,61 @@ func (s *suite) concurrentCreates(t *testing.T) {
 // and prints what it was told.
 func ReachExecd(t *testing.T, ep sandbox.Endpoint) {
 	t.Helper()
-	base := "http://" + ep.Address
-	do := func(method, path, body string) (*http.Response, []byte) {
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range ep.Headers {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s%s: %v", method, base, path, err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		return resp, data
-	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, body := do("GET", "/ping", "")
-		if resp.StatusCode == 200 {
+		code, body := execdCall(t, ep, "GET", "/ping", "")
+		if code == http.StatusOK {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("execd /ping: %d %s", resp.StatusCode, body)
+			t.Fatalf("execd /ping: %d %s", code, body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	word := fmt.Sprintf("reached-%d", time.Now().UnixNano())
-	resp, body := do("POST", "/command", `{"command":"echo `+word+`"}`)
-	if resp.StatusCode != 200 {
-		t.Fatalf("execd /command: %d %s", resp.StatusCode, body)
+	if out := runCommand(t, ep, "echo "+word); out != word {
+		t.Fatalf("execd /command printed %q, want %q", out, word)
 	}
-	dec := api.NewEventDecoder(strings.NewReader(string(body)))
+}
+
+// execdCall makes one request to the execd at ep with its token.
+func execdCall(t *testing.T, ep sandbox.Endpoint, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+ep.Address+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s%s: %v", method, ep.Address, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// runCommand runs a shell command through the execd at ep and returns
+// its standard output's lines, joined by newlines.
+func runCommand(t *testing.T, ep sandbox.Endpoint, cmd string) string {
+	t.Helper()
+	req, _ := json.Marshal(api.RunCommandRequest{Command: cmd})
+	code, body := execdCall(t, ep, "POST", "/command", string(req))
+	if code != http.StatusOK {
+		t.Fatalf("execd /command %q: %d %s", cmd, code, body)
+	}
+	dec := api.NewEventDecoder(bytes.NewReader(body))
+	var lines []string
 	for {
 		ev, err := dec.Next()
 		if err != nil {
-			t.Fatalf("execd /command output has no %q: %s", word, body)
+			break
 		}
-		if ev.Type == api.EventStdout && ev.Text == word {
-			return
+		if ev.Type == api.EventStdout {
+			lines = append(lines, strings.TrimSuffix(ev.Text, "\n"))
 		}
 	}
+	return strings.Join(lines, "\n")
 }
