@@ -78,12 +78,11 @@ func TestConformance(t *testing.T) {
 	testenv.MustHaveDocker(t)
 	testenv.MustHaveImage(t, testImage)
 	runtimetest.Run(t, newSuiteRuntime, runtimetest.Options{
-		Image:             testImage,
-		Entrypoint:        []string{"sleep", "1000000"},
-		MissingImage:      "127.0.0.1:1/opensandbox/missing:latest",
-		Reach:             runtimetest.ReachExecd,
-		StartTimeout:      max(60*time.Second, testwait.Timeout()),
-		PoolStartsPerPass: maxParallelStarts,
-		Hooks:             suiteHooks,
+		Image:        testImage,
+		Entrypoint:   []string{"sleep", "1000000"},
+		MissingImage: "127.0.0.1:1/opensandbox/missing:latest",
+		Reach:        runtimetest.ReachExecd,
+		StartTimeout: max(60*time.Second, testwait.Timeout()),
+		Hooks:        suiteHooks,
 	})
 }

@@ -52,6 +52,9 @@ type entry struct {
 	pool, from string
 	revision   int64
 	claiming   bool
+	// broken makes the sandbox's hand-over fail, as a warm sandbox that no
+	// longer takes its pool's token does (Pooled.BreakWarm).
+	broken bool
 }
 
 // New returns an empty runtime.

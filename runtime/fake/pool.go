@@ -157,8 +157,8 @@ func (p *Pooled) CreatePool(ctx context.Context, def sandbox.Pool) (*sandbox.Poo
 	if err := def.Check(); err != nil {
 		return nil, err
 	}
-	def.CreatedAt = time.Now().UTC()
-	def.Revision = newRevision(def.CreatedAt)
+	def.Revision = newRevision(time.Now())
+	def.CreatedAt = time.UnixMilli(def.Revision).UTC()
 	def.Template = cloneSpec(&def.Template)
 	r := p.Runtime
 	r.mu.Lock()
@@ -240,6 +240,31 @@ func (p *Pooled) DeletePool(ctx context.Context, name string) error {
 	return nil
 }
 
+// WarmLeft lists the warm sandboxes pool holds, starting or ready, not
+// handed out.
+func (p *Pooled) WarmLeft(pool string) []sandbox.ID {
+	r := p.Runtime
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandbox.ID
+	for id, e := range r.sandboxes {
+		if e.pool == pool && !e.claiming {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// BreakWarm makes the hand-over of warm sandbox id fail from now on.
+func (p *Pooled) BreakWarm(id sandbox.ID) {
+	r := p.Runtime
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.sandboxes[id]; e != nil {
+		e.broken = true
+	}
+}
+
 // Claim hands out a warm sandbox, as warmpool.Claim decides.
 func (p *Pooled) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	r := p.Runtime
@@ -283,6 +308,9 @@ func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Mem
 		}
 	}
 	e.claiming = true
+	if e.broken {
+		return nil, fmt.Errorf("sandbox %s refused the pool's token", m.ID)
+	}
 	if err := r.faultLocked("HandOver"); err != nil {
 		if errors.Is(err, sandbox.ErrInvalid) {
 			e.claiming = false

@@ -24,7 +24,13 @@ func newPooled(t *testing.T) *fake.Pooled {
 // runtime.
 func TestPooledConformance(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime { return newPooled(t) },
-		runtimetest.Options{Image: "busybox", Entrypoint: []string{"sleep", "1000"}, MissingImage: "missing:latest"})
+		runtimetest.Options{Image: "busybox", Entrypoint: []string{"sleep", "1000"}, MissingImage: "missing:latest",
+			Hooks: runtimetest.Hooks{
+				WarmLeft: func(t *testing.T, rt sandbox.Runtime, pool string) []sandbox.ID {
+					return rt.(*fake.Pooled).WarmLeft(pool)
+				},
+				BreakWarm: func(t *testing.T, rt sandbox.Runtime, id sandbox.ID) { rt.(*fake.Pooled).BreakWarm(id) },
+			}})
 }
 
 func pool(name, image string, min, max int) sandbox.Pool {

@@ -33,13 +33,12 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) sandbox.Runtime {
 		return env.runtime(t, env.config("conf-"+randomSuffix()))
 	}, runtimetest.Options{
-		Image:             testImage,
-		Entrypoint:        testEntrypoint,
-		MissingImage:      missingImage,
-		Reach:             runtimetest.ReachExecd,
-		StartTimeout:      max(2*time.Minute, testwait.TimeoutN(podStarts)),
-		PoolStartsPerPass: maxStartsPerTick,
-		Hooks:             env.suiteHooks(),
+		Image:        testImage,
+		Entrypoint:   testEntrypoint,
+		MissingImage: missingImage,
+		Reach:        runtimetest.ReachExecd,
+		StartTimeout: max(2*time.Minute, testwait.TimeoutN(podStarts)),
+		Hooks:        env.suiteHooks(),
 	})
 }
 

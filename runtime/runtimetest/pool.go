@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -327,14 +328,11 @@ func (s *suite) poolMin(t *testing.T) {
 }
 
 // poolRefillPastOnePass: a refill that needs more starts than the
-// runtime makes in one pass goes on until bufferMax, though the first
-// pass already lifts the pool above bufferMin.
+// shared policy allows at once (warmpool.MaxStarting) goes on until
+// bufferMax, though the first starts already lift the pool above
+// bufferMin.
 func (s *suite) poolRefillPastOnePass(t *testing.T) {
-	per := s.opts.PoolStartsPerPass
-	if per == 0 {
-		t.Skip("Options.PoolStartsPerPass not given")
-	}
-	n := per + 2
+	n := warmpool.MaxStarting + 2
 	p := s.newPool(t, "wide", sandbox.Capacity{BufferMin: 1, BufferMax: n, PoolMax: n}, s.template())
 	p.full(n)
 }

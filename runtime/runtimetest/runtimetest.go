@@ -34,10 +34,6 @@ type Options struct {
 	Reach func(t *testing.T, ep sandbox.Endpoint)
 	// StartTimeout bounds how long a sandbox may stay Pending. Default 60 s.
 	StartTimeout time.Duration
-	// PoolStartsPerPass is how many warm sandboxes the runtime starts for
-	// one pool in one pass; the pool suite fills a pool past it. Zero
-	// leaves the refill over several passes untested.
-	PoolStartsPerPass int
 	// Hooks reach behind the runtime's API, for what the suite cannot do
 	// through it.
 	Hooks Hooks

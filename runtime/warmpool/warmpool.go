@@ -188,6 +188,9 @@ func (t *Tracker) Plan(def *sandbox.Pool, members []Member, now time.Time) Plan 
 	for i := range members {
 		m := &members[i]
 		switch {
+		case m.HandedOut && earlierLife(def, m):
+			// Handed out by an earlier pool of this name: not this
+			// pool's.
 		case m.HandedOut:
 			if !m.dead() {
 				allocated++
@@ -217,7 +220,8 @@ func (t *Tracker) Plan(def *sandbox.Pool, members []Member, now time.Time) Plan 
 		t.failures, t.retryAt, t.startErr = 0, time.Time{}, ""
 	}
 	c := def.Capacity
-	if extra := len(available) - c.BufferMax; extra > 0 {
+	// Ready ones beyond BufferMax are surplus, unless PoolMin needs them.
+	if extra := len(available) - max(c.BufferMax, c.PoolMin-allocated-starting); extra > 0 {
 		// Shrunk: the newest go, the oldest stay ready.
 		slices.SortFunc(available, func(a, b *Member) int { return -older(a, b) })
 		for _, m := range available[:extra] {
@@ -227,7 +231,6 @@ func (t *Tracker) Plan(def *sandbox.Pool, members []Member, now time.Time) Plan 
 	}
 	idle := len(available) + starting
 	want, refilling := deficit(c, idle, idle+allocated, t.refilling)
-	t.refilling = refilling
 	want = min(want, MaxStarting-starting)
 	if t.failures > 0 {
 		if now.Before(t.retryAt) || starting > 0 {
@@ -236,6 +239,10 @@ func (t *Tracker) Plan(def *sandbox.Pool, members []Member, now time.Time) Plan 
 		want = min(want, 1)
 	}
 	plan.Start = max(0, want)
+	// The refill ends with the look that asks for its last starts: a
+	// claim made before they are ready is a new dip, judged against
+	// BufferMin again.
+	t.refilling = refilling && idle+plan.Start < c.BufferMax
 	return plan
 }
 
@@ -271,6 +278,8 @@ func (t *Tracker) Status(def *sandbox.Pool, members []Member) sandbox.PoolStatus
 		switch {
 		case m.dead():
 			// Gone or going: neither ready nor anyone's.
+		case m.HandedOut && earlierLife(def, m):
+			// Handed out by an earlier pool of this name.
 		case m.HandedOut:
 			st.Allocated++
 		case m.Revision != def.Revision:
@@ -287,6 +296,14 @@ func (t *Tracker) Status(def *sandbox.Pool, members []Member) sandbox.PoolStatus
 	st.Claims, st.Misses = t.claims, t.misses
 	t.mu.Unlock()
 	return st
+}
+
+// earlierLife reports whether m was started by an earlier pool of def's
+// name, deleted since: revisions start at the pool's creation time in
+// milliseconds and grow by one with each template change, so an earlier
+// pool's are all below the present one's first.
+func earlierLife(def *sandbox.Pool, m *Member) bool {
+	return m.Revision < def.CreatedAt.UnixMilli()
 }
 
 // older compares members by age, oldest first, ties by id.
