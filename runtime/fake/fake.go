@@ -37,7 +37,6 @@ type Runtime struct {
 	sandboxes map[sandbox.ID]*entry
 	snapshots map[sandbox.SnapshotID]*sandbox.Snapshot
 	faults    map[string]error
-	closed    bool
 }
 
 type entry struct {
