@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -198,5 +197,3 @@ func (c *container) mustRun(command string) string {
 	}
 	return r.stdout
 }
-
-func (c *container) String() string { return fmt.Sprintf("container %.12s", c.id) }
