@@ -5,13 +5,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -66,6 +71,92 @@ func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 		rt.Close()
 	})
 	return rt
+}
+
+// start creates a sandbox from spec and waits until it runs.
+func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
+	t.Helper()
+	if spec.Image == "" {
+		spec.Image = testImage
+	}
+	if spec.Entrypoint == nil {
+		spec.Entrypoint = []string{"sleep", "1000000"}
+	}
+	id := sandbox.NewID()
+	if _, err := rt.Create(context.Background(), id, spec); err != nil {
+		t.Fatal(err)
+	}
+	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 60*time.Second)
+	return id
+}
+
+// run runs a shell command in a sandbox through its execd endpoint and
+// returns its stdout and exit status ("0" on success).
+func run(t *testing.T, rt *Runtime, id sandbox.ID, command string) (string, string) {
+	t.Helper()
+	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"command":%q}`, command)
+	req, _ := http.NewRequest("POST", "http://"+ep.Address+"/command", strings.NewReader(body))
+	for k, v := range ep.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("run %q: %v", command, err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	exit := ""
+	dec := api.NewEventDecoder(resp.Body)
+	for {
+		ev, err := dec.Next()
+		if err == io.EOF {
+			return strings.Join(out, "\n"), exit
+		}
+		if err != nil {
+			t.Fatalf("run %q: %v", command, err)
+		}
+		switch ev.Type {
+		case api.EventStdout:
+			out = append(out, ev.Text)
+		case api.EventComplete:
+			exit = "0"
+		case api.EventError:
+			exit = ev.Error.EValue
+		}
+	}
+}
+
+func mustRun(t *testing.T, rt *Runtime, id sandbox.ID, command string) string {
+	t.Helper()
+	out, exit := run(t, rt, id, command)
+	if exit != "0" {
+		t.Fatalf("%q exited %s: %s", command, exit, out)
+	}
+	return out
+}
+
+func newTestRuntimeNoCleanup(t *testing.T, mod func(*Config)) *Runtime {
+	t.Helper()
+	cfg := Config{ExecdPath: testExecd}
+	mod(&cfg)
+	rt, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
 
 func TestConformance(t *testing.T) {
