@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,13 +137,18 @@ func TestOOMKill(t *testing.T) {
 	if sb.Status.State == sandbox.StateFailed && sb.Status.Reason != "OOM_KILLED" {
 		t.Fatalf("failed for memory, but reported %+v", sb.Status)
 	}
-	evs, _ := rt.Events(ctx, id)
-	found := false
-	for _, e := range evs {
-		found = found || e.Type == "oom"
-	}
-	if !found {
-		t.Fatalf("no oom event: %+v", evs)
+	// The engine reports the kill by an event, which reaches the
+	// sandbox's events some time after the command has returned.
+	var evs []sandbox.Event
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs, _ = rt.Events(ctx, id)
+		if slices.ContainsFunc(evs, func(e sandbox.Event) bool { return e.Type == "oom" }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			sb, _ := rt.Get(ctx, id)
+			t.Fatalf("no oom event 30 s after the command; sandbox %+v, events %+v", sb.Status, evs)
+		}
 	}
 }
 
