@@ -1,21 +1,13 @@
 package api
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/opensandbox/opensandbox/internal/deptest"
 )
 
 // TestDeps keeps the wire types importable by any client: the standard
-// library only.
+// library only, tests included.
 func TestDeps(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if dep != "github.com/opensandbox/opensandbox/api" {
-			t.Errorf("api imports %s; it may use the standard library only", dep)
-		}
-	}
+	deptest.Checker{Tests: true, Allow: map[string]string{}}.Check(t)
 }

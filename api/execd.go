@@ -248,8 +248,10 @@ type ArchiveStats struct {
 
 // ClaimRequest is the body of POST /claim, which hands a pre-started
 // sandbox of a warm pool to its user: the lifecycle server sends it once,
-// with the pool's token, right after the claim. Not in the reference
-// daemon.
+// with the pool's token, right after the claim. The Docker runtime also
+// sends it, with the sandbox's own token as both header and Token, to
+// start the held entrypoint of a sandbox whose disk it measures, once it
+// has measured it. Not in the reference daemon.
 type ClaimRequest struct {
 	// Token replaces the access token; the old one stops working.
 	Token string `json:"token"`

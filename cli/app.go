@@ -195,6 +195,7 @@ variables, then ~/.opensandbox/config.toml ("osb config init" writes one).`,
 	root.AddCommand(
 		a.sandboxCommand(),
 		a.snapshotCommand(),
+		a.poolCommand(),
 		a.egressCommand(),
 		a.configCommand(),
 		a.commandCommand(),

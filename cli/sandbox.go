@@ -124,6 +124,7 @@ type createDoc struct {
 	Timeout    string     `json:"timeout"`
 	Image      string     `json:"image,omitempty"`
 	SnapshotID string     `json:"snapshot_id,omitempty"`
+	Pool       string     `json:"pool,omitempty"`
 	ExpiresAt  *time.Time `json:"expires_at"`
 }
 
@@ -144,28 +145,33 @@ func clockText(d time.Duration) string {
 
 func (a *app) sandboxCreate() *cobra.Command {
 	var (
-		image, user, pass, snapshot, timeout, policyFile, volumesFile string
-		env, meta, ext, resources, entrypoint                         []string
-		readyTimeout                                                  time.Duration
-		skipHealth, credProxy, secure                                 bool
+		image, user, pass, snapshot, pool, timeout, policyFile, volumesFile string
+		env, meta, ext, resources, entrypoint                               []string
+		readyTimeout                                                        time.Duration
+		skipHealth, credProxy, secure                                       bool
 	)
 	cmd := formats(&cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and wait until it runs",
 		Example: `  osb sandbox create --image python:3.11 --timeout 30m -e DEBUG=1 -m team=ml
   osb sandbox create -i node:22 --resource cpu=2 --resource memory=4Gi --entrypoint node --entrypoint server.js
-  osb sandbox create --snapshot-id snap-123 --timeout none`,
+  osb sandbox create --snapshot-id snap-123 --timeout none
+  osb sandbox create --pool py -e TASK=42`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := a.format(cmd, "")
 			if err != nil {
 				return err
 			}
-			opts := sdk.CreateOptions{SnapshotID: snapshot, Entrypoint: entrypoint, SkipHealthCheck: skipHealth,
+			opts := sdk.CreateOptions{SnapshotID: snapshot, Pool: pool, Entrypoint: entrypoint, SkipHealthCheck: skipHealth,
 				ReadyTimeout: readyTimeout, CredentialProxy: credProxy, SecureAccess: secure}
 			switch {
 			case snapshot != "" && image != "":
 				return usagef(cmd, "--snapshot-id and --image cannot be used together")
+			case snapshot != "" && pool != "":
+				return usagef(cmd, "--snapshot-id and --pool cannot be used together")
+			case pool != "" && credProxy:
+				return usagef(cmd, "--pool cannot be combined with --credential-proxy")
 			case snapshot != "" && (user != "" || pass != ""):
 				return usagef(cmd, "--snapshot-id cannot be combined with image credentials")
 			case (user == "") != (pass == ""):
@@ -173,7 +179,10 @@ func (a *app) sandboxCreate() *cobra.Command {
 			case credProxy && policyFile == "":
 				return usagef(cmd, "--credential-proxy requires --network-policy-file")
 			}
-			if snapshot == "" {
+			switch {
+			case pool != "":
+				opts.Image = image // the pool's template gives it otherwise
+			case snapshot == "":
 				opts.Image = first(image, a.set.DefaultImage)
 				if opts.Image == "" {
 					return fmt.Errorf("an image is required: pass --image or set defaults.image (osb config set defaults.image IMAGE)")
@@ -227,9 +236,12 @@ func (a *app) sandboxCreate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			doc := createDoc{ID: sb.ID, Status: "created", Timeout: timeoutText, Image: opts.Image, SnapshotID: snapshot}
+			doc := createDoc{ID: sb.ID, Status: "created", Timeout: timeoutText, Image: opts.Image, SnapshotID: snapshot, Pool: pool}
 			if info, err := sb.Info(cmd.Context()); err == nil {
 				doc.ExpiresAt = info.ExpiresAt
+				if pool != "" && doc.Image == "" && info.Image != nil {
+					doc.Image = info.Image.URI // the pool's
+				}
 				if !skipHealth {
 					doc.Status = strings.ToLower(info.Status.State)
 				}
@@ -239,8 +251,12 @@ func (a *app) sandboxCreate() *cobra.Command {
 				pairs := [][2]string{{"id", doc.ID}, {"status", doc.Status}, {"timeout", doc.Timeout}}
 				if doc.Image != "" {
 					pairs = append(pairs, [2]string{"image", doc.Image})
-				} else {
+				}
+				if doc.SnapshotID != "" {
 					pairs = append(pairs, [2]string{"snapshot_id", doc.SnapshotID})
+				}
+				if doc.Pool != "" {
+					pairs = append(pairs, [2]string{"pool", doc.Pool})
 				}
 				pairs = append(pairs, [2]string{"expires_at", timeText(doc.ExpiresAt)})
 				p.kv("Sandbox Created", pairs)
@@ -252,11 +268,12 @@ func (a *app) sandboxCreate() *cobra.Command {
 	fl.StringVar(&user, "image-auth-username", "", "registry user for a private image")
 	fl.StringVar(&pass, "image-auth-password", "", "registry password or token")
 	fl.StringVar(&snapshot, "snapshot-id", "", "create from a snapshot instead of an image")
+	fl.StringVar(&pool, "pool", "", "take a ready sandbox of this warm pool (image, entrypoint and resources default to its template's)")
 	fl.StringVarP(&timeout, "timeout", "t", "", `lifetime such as 10m or 1h30m, or "none" (default: defaults.timeout, else 10m)`)
 	fl.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fl.StringArrayVarP(&meta, "metadata", "m", nil, "metadata KEY=VALUE (repeatable)")
 	fl.StringArrayVar(&ext, "extension", nil, "extension KEY=VALUE (repeatable)")
-	fl.StringArrayVar(&resources, "resource", nil, "resource limit such as cpu=1 or memory=2Gi (repeatable; default cpu=1, memory=2Gi)")
+	fl.StringArrayVar(&resources, "resource", nil, "resource limit such as cpu=1 or memory=2Gi (repeatable; default cpu=1, memory=2Gi, or with --pool its template's)")
 	fl.StringArrayVar(&entrypoint, "entrypoint", nil, "one word of the entrypoint's argv (repeat for each word)")
 	fl.StringVar(&policyFile, "network-policy-file", "", "JSON file with the egress policy")
 	fl.BoolVar(&credProxy, "credential-proxy", false, "enable the credential proxy (needs --network-policy-file)")
@@ -264,6 +281,7 @@ func (a *app) sandboxCreate() *cobra.Command {
 	fl.BoolVar(&secure, "secure-access", false, "require a token on the sandbox's endpoints")
 	fl.BoolVar(&skipHealth, "skip-health-check", false, "return without waiting for the sandbox to run")
 	fl.Var(&durationValue{d: &readyTimeout}, "ready-timeout", "how long to wait for the sandbox to run (default 60s)")
+	cmd.RegisterFlagCompletionFunc("pool", a.completePoolNames)
 	return cmd
 }
 

@@ -40,7 +40,7 @@ func hogSandbox(s *server, image string) (string, *container) {
 	req := sandboxRequest(image, "sleep", "infinity")
 	req.ResourceLimits = map[string]string{"cpu": "1", "memory": "256Mi"}
 	id := s.create(req)
-	s.waitState(id, "Running", 2*time.Minute)
+	s.waitStateN(id, "Running", 2)
 	return id, s.execd(id)
 }
 
@@ -665,7 +665,7 @@ func TestAttackExecdUnreadable(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	attack(t, "osb cp of a tree the sandbox cannot finish packing", func(t *testing.T) string {
 		id := s.create(sandboxRequest(baseImage, "sleep", "infinity"))
-		s.waitState(id, "Running", 2*time.Minute)
+		s.waitStateN(id, "Running", 2)
 		sc := s.execd(id)
 		// A chain of directories deeper than the kernel takes a path.
 		sc.mustRun(`mkdir /tmp/t && cd /tmp/t && echo kept > a && d=$(printf 'd%.0s' $(seq 250)) && for i in $(seq 18); do mkdir $d && cd $d; done && echo lost > bottom`)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // The attempts in this file try the boundaries that need no new code to
@@ -87,7 +88,7 @@ func pythonSandbox(s *server, entrypoint ...string) (string, *container) {
 		entrypoint = []string{"sleep", "infinity"}
 	}
 	id := s.create(sandboxRequest(pythonImage, entrypoint...))
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	return id, c
@@ -236,8 +237,8 @@ func TestAttackAuth(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	app := []string{"python3", "-m", "http.server", "8080", "--directory", "/etc"}
 	a, b := s.create(sandboxRequest(pythonImage, app...)), s.create(sandboxRequest(pythonImage, app...))
-	s.waitState(a, "Running", 60*time.Second)
-	s.waitState(b, "Running", 60*time.Second)
+	s.waitState(a, "Running")
+	s.waitState(b, "Running")
 	ca, cb := s.execd(a), s.execd(b)
 	ca.mustRun("mkdir -p /tmp/keepdir && echo keep > /tmp/keep")
 	var sess api.CreateSessionResponse
@@ -300,7 +301,7 @@ func TestAttackAuth(t *testing.T) {
 				})
 				continue
 			}
-			path := mount + fillPattern(t, r.pattern, map[string]string{"id": a, "port": "44772", "name": "pwned"})
+			path := mount + fillPattern(t, r.pattern, map[string]string{"id": a, "port": execdPort, "name": "pwned"})
 			attack(t, name, func(t *testing.T) string {
 				creds := lifecycleCreds
 				if r.pattern == "/metrics" {
@@ -326,7 +327,7 @@ func TestAttackAuth(t *testing.T) {
 				// The same route with the key must get past authentication,
 				// or the 401s above would prove nothing. Harmless ids: the
 				// key may do anything.
-				okPath := mount + fillPattern(t, r.pattern, map[string]string{"id": "00000000-0000-4000-8000-000000000000", "port": "44772", "name": "no-such-pool"})
+				okPath := mount + fillPattern(t, r.pattern, map[string]string{"id": "00000000-0000-4000-8000-000000000000", "port": execdPort, "name": "no-such-pool"})
 				okCred := credentials{name: "the key", header: map[string]string{api.HeaderAPIKey: s.key}}
 				status, body := tryRequest(t, r.method, s.base, okPath, "{}", okCred, nil)
 				if status == 401 || status == 405 || strings.Contains(body, "no route for") {
@@ -352,7 +353,7 @@ func TestAttackAuth(t *testing.T) {
 		for _, target := range []string{"//v1/sandboxes", "/v1//sandboxes", "/v1/./sandboxes", "/v1/health/../sandboxes",
 			"/health/../v1/sandboxes", "/v1/health%2F..%2Fsandboxes", "/%76%31/sandboxes", "/v1/sandboxes/" + a + "/%2e%2e",
 			"/health/", "/v1/health/x", "/v1/sandboxes?x=/health", "/v1/metrics/../sandboxes", "/V1/SANDBOXES",
-			"/v1/sandboxes/" + a + "/proxy/44772/../../../" + a, "http://" + s.listen + "/v1/sandboxes"} {
+			"/v1/sandboxes/" + a + "/proxy/" + execdPort + "/../../../" + a, "http://" + s.listen + "/v1/sandboxes"} {
 			status, body := rawRequest(t, s.listen, "GET", target, nil)
 			if status < 400 || status >= 500 || strings.Contains(body, a) {
 				t.Errorf("GET %s: %d %.200s, want a refusal", target, status, body)
@@ -379,9 +380,9 @@ func TestAttackAuth(t *testing.T) {
 	for _, mount := range []string{"", "/v1"} {
 		for _, pr := range []struct{ method, rest, body string }{
 			{"GET", "/proxy/8080/hostname", ""},
-			{"GET", "/proxy/44772/ping", ""},
-			{"POST", "/proxy/44772/command", `{"command":"touch /tmp/pwned-proxy"}`},
-			{"GET", "/proxy/44772/files/download?path=/etc/hostname", ""},
+			{"GET", "/proxy/" + execdPort + "/ping", ""},
+			{"POST", "/proxy/" + execdPort + "/command", `{"command":"touch /tmp/pwned-proxy"}`},
+			{"GET", "/proxy/" + execdPort + "/files/download?path=/etc/hostname", ""},
 		} {
 			path := mount + "/sandboxes/" + a + pr.rest
 			attack(t, "server proxy "+pr.method+" "+mount+"/sandboxes/A"+pr.rest, func(t *testing.T) string {
@@ -390,7 +391,7 @@ func TestAttackAuth(t *testing.T) {
 						t.Errorf("%s %s with %s: %d %.200s, want 401", pr.method, path, cred.name, status, body)
 					}
 				}
-				status, _ := tryRequest(t, "GET", s.base, mount+"/sandboxes/"+a+"/proxy/44772/ping", "",
+				status, _ := tryRequest(t, "GET", s.base, mount+"/sandboxes/"+a+"/proxy/"+execdPort+"/ping", "",
 					credentials{name: "A's token", header: map[string]string{api.HeaderExecdToken: ca.token}}, nil)
 				if status != 200 {
 					t.Fatalf("the proxy with sandbox A's own token: %d, want 200", status)
@@ -400,7 +401,7 @@ func TestAttackAuth(t *testing.T) {
 		}
 	}
 	attack(t, "server proxy WebSocket upgrade to A's terminal", func(t *testing.T) string {
-		path := "/v1/sandboxes/" + a + "/proxy/44772/pty/" + pty.SessionID + "/ws"
+		path := "/v1/sandboxes/" + a + "/proxy/" + execdPort + "/pty/" + pty.SessionID + "/ws"
 		for _, cred := range proxyCreds {
 			if status, body := tryRequest(t, "GET", s.base, path, "", cred, wsUpgrade); status != 401 {
 				t.Errorf("upgrade with %s: %d %.200s, want 401", cred.name, status, body)
@@ -415,10 +416,10 @@ func TestAttackAuth(t *testing.T) {
 	attack(t, "server proxy with B's token and an id that walks from B to A", func(t *testing.T) string {
 		var got []string
 		for _, id := range []string{b + "%2F..%2F" + a, b + "%2F%2E%2E%2F" + a, b + "/../" + a, a + "%00" + b, b + "," + a} {
-			status, body := rawRequest(t, s.listen, "GET", "/v1/sandboxes/"+id+"/proxy/44772/ping",
+			status, body := rawRequest(t, s.listen, "GET", "/v1/sandboxes/"+id+"/proxy/"+execdPort+"/ping",
 				map[string]string{api.HeaderExecdToken: cb.token})
 			if status == 200 {
-				t.Errorf("B's token on /v1/sandboxes/%s/proxy/44772/ping: %d %.200s", id, status, body)
+				t.Errorf("B's token on /v1/sandboxes/%s/proxy/%d/ping: %d %.200s", id, api.ExecdPort, status, body)
 			}
 			got = append(got, fmt.Sprint(status))
 		}
@@ -498,13 +499,13 @@ func TestAttackAuth(t *testing.T) {
 	// The port proxy sits outside the route table: execd's own port, the
 	// app's, and a closed one, and a WebSocket through it.
 	targets = append(targets,
-		execdTarget{name: "GET /proxy/44772/ping", method: "GET", path: "/proxy/44772/ping", okPath: "/proxy/44772/ping"},
-		execdTarget{name: "POST /proxy/44772/command", method: "POST", path: "/proxy/44772/command", okPath: "/proxy/44772/command"},
-		execdTarget{name: "GET /proxy/44772/pty/{id}/ws", method: "GET", path: "/proxy/44772/pty/" + pty.SessionID + "/ws", okPath: "/proxy/44772/pty/nope/ws", header: wsUpgrade},
+		execdTarget{name: "GET /proxy/" + execdPort + "/ping", method: "GET", path: "/proxy/" + execdPort + "/ping", okPath: "/proxy/" + execdPort + "/ping"},
+		execdTarget{name: "POST /proxy/" + execdPort + "/command", method: "POST", path: "/proxy/" + execdPort + "/command", okPath: "/proxy/" + execdPort + "/command"},
+		execdTarget{name: "GET /proxy/" + execdPort + "/pty/{id}/ws", method: "GET", path: "/proxy/" + execdPort + "/pty/" + pty.SessionID + "/ws", okPath: "/proxy/" + execdPort + "/pty/nope/ws", header: wsUpgrade},
 		execdTarget{name: "GET /proxy/8080/", method: "GET", path: "/proxy/8080/hostname", okPath: "/proxy/8080/hostname"},
 		execdTarget{name: "GET /proxy/1/", method: "GET", path: "/proxy/1/", okPath: "/proxy/1/"},
 	)
-	execdBody["POST /proxy/44772/command"] = execdBody["POST /command"]
+	execdBody["POST /proxy/"+execdPort+"/command"] = execdBody["POST /command"]
 	for _, tg := range targets {
 		attack(t, "execd "+tg.name, func(t *testing.T) string {
 			methods := []string{tg.method}
@@ -531,8 +532,8 @@ func TestAttackAuth(t *testing.T) {
 	attack(t, "execd paths written oddly, without a token", func(t *testing.T) string {
 		addr := strings.TrimPrefix(ca.base, "http://")
 		var got []string
-		for _, target := range []string{"//ping", "/./ping", "/%70ing", "/proxy/44772/../../ping", "/proxy/44772//ping",
-			"/proxy/44772/%2e%2e/ping", "/proxy/../ping", "*", "http://" + addr + "/ping", "/ping?" + api.HeaderExecdToken + "=" + ca.token} {
+		for _, target := range []string{"//ping", "/./ping", "/%70ing", "/proxy/" + execdPort + "/../../ping", "/proxy/" + execdPort + "//ping",
+			"/proxy/" + execdPort + "/%2e%2e/ping", "/proxy/../ping", "*", "http://" + addr + "/ping", "/ping?" + api.HeaderExecdToken + "=" + ca.token} {
 			status, body := rawRequest(t, addr, "GET", target, nil)
 			if status != 401 && status != 400 {
 				t.Errorf("GET %s: %d %.200s, want 401", target, status, body)
@@ -764,7 +765,7 @@ func endpointPort(s *server, id string, port int) string {
 func execdStatus(c *container, uid *uint32, method, path, token string) string {
 	c.t.Helper()
 	script := `import sys, urllib.request as u
-req = u.Request("http://127.0.0.1:44772" + sys.argv[2], method=sys.argv[1], data=b'{"command":"touch /tmp/pwned-inside"}' if sys.argv[1] == "POST" else None)
+req = u.Request("http://127.0.0.1:` + execdPort + `" + sys.argv[2], method=sys.argv[1], data=b'{"command":"touch /tmp/pwned-inside"}' if sys.argv[1] == "POST" else None)
 req.add_header("Content-Type", "application/json")
 if sys.argv[3]:
     req.add_header("X-EXECD-ACCESS-TOKEN", sys.argv[3])
@@ -816,25 +817,25 @@ func neighbours(t *testing.T, s *server) {
 			t.Fatalf("B's app at %s:8080 does not answer the host: %v", bIP, err)
 		}
 	}
-	if status, _ := tryRequest(t, "GET", "http://"+bIP+":44772", "/ping", "", credentials{header: map[string]string{api.HeaderExecdToken: b.token}}, nil); status != 200 {
-		t.Fatalf("B's execd at %s:44772 does not answer the host: %d", bIP, status)
+	if status, _ := tryRequest(t, "GET", "http://"+bIP+":"+execdPort, "/ping", "", credentials{header: map[string]string{api.HeaderExecdToken: b.token}}, nil); status != 200 {
+		t.Fatalf("B's execd at %s:%d does not answer the host: %d", bIP, api.ExecdPort, status)
 	}
 
 	targets := map[string]string{
-		bIP + ":8080":                              "B's app on the sandbox network",
-		bIP + ":44772":                             "B's execd on the sandbox network",
-		"gw:" + endpointPort(s, bID, 44772):        "B's execd as the host publishes it, through the gateway",
-		"gw:" + endpointPort(s, bID, 8080):         "B's app as the host publishes it, through the gateway",
-		"gw:" + serverPort:                         "the lifecycle server's port on the gateway",
-		"127.0.0.1:" + serverPort:                  "the lifecycle server's port on loopback",
-		"127.0.0.1:" + endpointPort(s, bID, 44772): "B's published execd port on loopback",
+		bIP + ":8080":         "B's app on the sandbox network",
+		bIP + ":" + execdPort: "B's execd on the sandbox network",
+		"gw:" + endpointPort(s, bID, api.ExecdPort):        "B's execd as the host publishes it, through the gateway",
+		"gw:" + endpointPort(s, bID, 8080):                 "B's app as the host publishes it, through the gateway",
+		"gw:" + serverPort:                                 "the lifecycle server's port on the gateway",
+		"127.0.0.1:" + serverPort:                          "the lifecycle server's port on loopback",
+		"127.0.0.1:" + endpointPort(s, bID, api.ExecdPort): "B's published execd port on loopback",
 	}
-	list := []string{"127.0.0.1:44772"} // A's own execd: the probe's connections work
+	list := []string{"127.0.0.1:" + execdPort} // A's own execd: the probe's connections work
 	for k := range targets {
 		list = append(list, k)
 	}
 	got := a.probe(nil, "connect", mustJSON(list))
-	if r := str(got, "127.0.0.1:44772"); refused(r) {
+	if r := str(got, "127.0.0.1:"+execdPort); refused(r) {
 		t.Fatalf("A cannot reach its own execd (%s): the probe cannot connect at all", r)
 	}
 	for target, what := range targets {
@@ -849,7 +850,7 @@ func neighbours(t *testing.T, s *server) {
 
 	attack(t, "A uses B's token on its own execd", func(t *testing.T) string {
 		var res []string
-		for _, p := range []string{"/ping", "/command", "/files/download?path=/etc/hostname", "/proxy/44772/ping"} {
+		for _, p := range []string{"/ping", "/command", "/files/download?path=/etc/hostname", "/proxy/" + execdPort + "/ping"} {
 			method := "GET"
 			if p == "/command" {
 				method = "POST"
@@ -894,7 +895,7 @@ h.HTTPServer(("0.0.0.0", 8080), H).serve_forever()`}
 	req := sandboxRequest(pythonImage, echo...)
 	req.Env = map[string]*string{"CONTROL_SECRET": ptr(control)}
 	id := s.create(req)
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	c.mustRun("echo " + control + " > /tmp/control")
@@ -929,7 +930,7 @@ h.HTTPServer(("0.0.0.0", 8080), H).serve_forever()`}
 	secure := sandboxRequest(pythonImage, echo...)
 	secure.SecureAccess = true
 	sid := s.create(secure)
-	s.waitState(sid, "Running", 60*time.Second)
+	s.waitState(sid, "Running")
 	sc := s.execd(sid)
 	for _, p := range []struct {
 		name, base, path string
@@ -1049,7 +1050,7 @@ func TestAttackTraversal(t *testing.T) {
 	req := sandboxRequest(pythonImage, "sleep", "infinity")
 	req.Volumes = []api.Volume{{Name: "work", MountPath: "/work", Host: &api.HostVolume{Path: allowed}}}
 	id := s.create(req)
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	c := s.execd(id)
 	c.putProbe()
 	hostSecret := filepath.Join(hostDir, "secret")
@@ -1274,14 +1275,20 @@ func TestAttackFrozenEngine(t *testing.T) {
 	testenv.MustHaveDocker(t)
 	gate := newEngineGate(t, "/var/run/docker.sock")
 	s := startServer(t, serverOptions{docker: fmt.Sprintf("host = %q", "unix://"+gate.path)})
+	// The expiring sandbox gets its short expiry once it runs, right
+	// before the freeze: a short timeout at create could pass while the
+	// sandbox still starts on a busy machine, and then no expiry would
+	// happen while the engine is frozen.
 	expiring := sandboxRequest(busyboxImage, "sleep", "1000000")
-	expiring.Timeout = ptr(int64(3))
+	expiring.Timeout = ptr(int64(3600))
 	exp := s.create(expiring)
 	deleted := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
-	s.waitState(exp, "Running", 30*time.Second)
-	s.waitState(deleted, "Running", 30*time.Second)
+	s.waitState(exp, "Running")
+	s.waitState(deleted, "Running")
 
 	attack(t, "freeze the engine while sandboxes expire, are deleted and created", func(t *testing.T) string {
+		expiresAt := time.Now().Add(2 * time.Second)
+		s.call("POST", "/v1/sandboxes/"+exp+"/renew-expiration", map[string]string{"expiresAt": expiresAt.UTC().Format(time.RFC3339Nano)}, 200, nil)
 		gate.set(true)
 		type answer struct {
 			what   string
@@ -1329,9 +1336,9 @@ func TestAttackFrozenEngine(t *testing.T) {
 		if a := got["POST /v1/sandboxes"]; a.status != 202 || json.Unmarshal(a.body, &created) != nil {
 			t.Fatalf("create while frozen: %d %s", a.status, a.body)
 		}
-		s.waitGone(exp, 30*time.Second)
-		s.waitGone(deleted, 30*time.Second)
-		s.waitState(created.ID, "Running", 60*time.Second)
+		s.waitGone(exp)
+		s.waitGone(deleted)
+		s.waitState(created.ID, "Running")
 		waitContainers(t, s, 1)
 		return fmt.Sprintf("answered while frozen: %s; once thawed: the expired sandbox and the deleted one gone, the new one Running, 1 container",
 			strings.Join(frozen, ", "))
@@ -1345,16 +1352,15 @@ func TestAttackFrozenEngine(t *testing.T) {
 		ids := holdCreates(t, s, gate, 3)
 		s.stop(syscall.SIGKILL)
 		gate.hold(false)
-		for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() < before+3; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the held creates made %d containers, want 3", s.scopeContainers()-before)
-			}
-		}
+		testwait.Wait{What: "the held creates to make 3 containers", Starts: 3,
+			Describe: func() string { return testwait.Containers("label=opensandbox.scope=" + s.scope) }}.Until(t, func() bool {
+			return s.scopeContainers() >= before+3
+		})
 		made := s.scopeContainers() - before
 		s.start()
 		var states []string
 		for _, id := range ids {
-			sb := waitSettled(t, s, id, 60*time.Second)
+			sb := waitSettled(t, s, id, 1)
 			states = append(states, sb)
 		}
 		var list api.ListSandboxesResponse
@@ -1383,7 +1389,7 @@ func TestAttackFrozenEngine(t *testing.T) {
 			statuses = append(statuses, fmt.Sprint(<-deletes))
 		}
 		for _, id := range ids {
-			s.waitGone(id, 30*time.Second)
+			s.waitGone(id)
 		}
 		waitContainers(t, s, before)
 		return fmt.Sprintf("deletes answered %v; the 3 sandboxes gone and their containers with them (%d containers, as before)",
@@ -1393,35 +1399,34 @@ func TestAttackFrozenEngine(t *testing.T) {
 
 // waitSettled waits until a sandbox is Running, Failed or gone, and
 // returns which.
-func waitSettled(t *testing.T, s *server, id string, timeout time.Duration) string {
+func waitSettled(t *testing.T, s *server, id string, starts int) string {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+	var settled string
+	testwait.Wait{What: "sandbox " + id + " to be Running, Failed or gone", Starts: starts,
+		Describe: func() string { return s.describe(id) }}.Until(t, func() bool {
 		resp, data := s.do("GET", "/v1/sandboxes/"+id, nil)
 		var sb api.Sandbox
 		json.Unmarshal(data, &sb)
 		switch {
 		case resp.StatusCode == 404:
-			return "gone"
+			settled = "gone"
 		case sb.Status.State == "Running":
-			return "Running"
+			settled = "Running"
 		case sb.Status.State == "Failed":
-			return "Failed (" + sb.Status.Reason + ")"
+			settled = "Failed (" + sb.Status.Reason + ")"
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s is %d %+v after %v", id, resp.StatusCode, sb.Status, timeout)
-		}
-	}
+		return settled != ""
+	})
+	return settled
 }
 
 // waitContainers waits until the server's scope holds n containers.
 func waitContainers(t *testing.T, s *server, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); s.scopeContainers() != n; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=opensandbox.scope="+s.scope, "--format", "{{.Names}} {{.Status}}").Output()
-			t.Fatalf("%d containers in the scope, want %d:\n%s", s.scopeContainers(), n, out)
-		}
-	}
+	testwait.Wait{What: fmt.Sprintf("%d containers in the scope", n), Starts: max(n, 1), Every: 100 * time.Millisecond,
+		Describe: func() string { return testwait.Containers("label=opensandbox.scope=" + s.scope) }}.Until(t, func() bool {
+		return s.scopeContainers() == n
+	})
 }
 
 // holdCreates makes n sandboxes whose container creates the gate holds
@@ -1433,10 +1438,9 @@ func holdCreates(t *testing.T, s *server, gate *engineGate, n int) []string {
 	for range n {
 		ids = append(ids, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
 	}
-	for deadline := time.Now().Add(30 * time.Second); gate.heldCreates() < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d container creates reached the engine's gate, want %d", gate.heldCreates(), n)
-		}
-	}
+	testwait.Wait{What: fmt.Sprintf("%d container creates to reach the engine's gate", n), Starts: n,
+		Describe: func() string { return fmt.Sprintf("%d reached it", gate.heldCreates()) }}.Until(t, func() bool {
+		return gate.heldCreates() >= n
+	})
 	return ids
 }

@@ -242,7 +242,7 @@ func TestAttackNet(t *testing.T) {
 
 	s := startServer(t, serverOptions{docker: fmt.Sprintf("network = %q\ndns = [%q]", network, addrs["resolver"])})
 	id := s.create(sandboxRequest(pythonImage, "sleep", "infinity"))
-	s.waitState(id, "Running", 2*time.Minute)
+	s.waitStateN(id, "Running", 2)
 	c := s.execd(id)
 	c.mustRun("cat > /tmp/netprobe.py <<'EOF'\n" + netProbe + "EOF")
 

@@ -51,8 +51,8 @@ func refusals(image, rootLink string, gpus int) []refusal {
 		return req(func(r *api.CreateSandboxRequest) { r.Image.URI = uri })
 	}
 	const (
-		param = "SANDBOX::INVALID_PARAMETER"
-		mpath = "VOLUME::INVALID_MOUNT_PATH"
+		param = api.CodeSandboxInvalidParameter
+		mpath = api.CodeVolumeInvalidMountPath
 	)
 	out := []refusal{
 		// A runtime would ignore these keys: a 202 would promise a
@@ -111,7 +111,7 @@ func refusals(image, rootLink string, gpus int) []refusal {
 		// allowed directory.
 		{"host volume leading to /", req(func(r *api.CreateSandboxRequest) {
 			r.Volumes = []api.Volume{{Name: "root", MountPath: "/host", Host: &api.HostVolume{Path: rootLink}}}
-		}), "VOLUME::HOST_PATH_NOT_ALLOWED", []string{"host's root directory"}},
+		}), api.CodeVolumeHostPathNotAllowed, []string{"host's root directory"}},
 	}
 	return out
 }
@@ -178,7 +178,7 @@ func TestAttackValidate(t *testing.T) {
 			r := sandboxRequest(busyboxImage, "sleep", "1")
 			r.Extensions = map[string]string{"kubernetes.runtimeClassName": "gvisor"}
 			return r
-		}(), "SANDBOX::INVALID_PARAMETER", []string{`"kubernetes.runtimeClassName"`, "docker.runtime"}})
+		}(), api.CodeSandboxInvalidParameter, []string{`"kubernetes.runtimeClassName"`, "docker.runtime"}})
 	tryRefusals(t, s, list)
 	attack(t, "refused creates leave no container", func(t *testing.T) string {
 		s.t = t
@@ -195,7 +195,7 @@ func TestAttackValidate(t *testing.T) {
 		r := sandboxRequest(busyboxImage, "sleep", "100000")
 		r.Extensions = map[string]string{"opensandbox.extensions.team": "ml"}
 		id := s.create(r)
-		s.waitState(id, "Running", 60*time.Second)
+		s.waitState(id, "Running")
 		labels := docker(t, "inspect", "--format", `{{index .Config.Labels "opensandbox.extensions"}}`, "osb-"+id)
 		if !strings.Contains(labels, `"opensandbox.extensions.team":"ml"`) {
 			t.Errorf("the container's extensions label: %s", labels)
@@ -212,10 +212,10 @@ allow_local_registries = true`})
 		r := sandboxRequest(busyboxImage, "sleep", "100000")
 		r.Extensions = map[string]string{"team.owner": "ml"}
 		id := open.create(r)
-		open.waitState(id, "Running", 60*time.Second)
+		open.waitState(id, "Running")
 		open.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 		r.Extensions = map[string]string{"docker.privileged": "true"}
-		e := open.wantError("POST", "/v1/sandboxes", r, 400, "SANDBOX::INVALID_PARAMETER")
+		e := open.wantError("POST", "/v1/sandboxes", r, 400, api.CodeSandboxInvalidParameter)
 		if !strings.Contains(e.Message, "team.*") {
 			t.Errorf("the refusal does not list the allowed prefix: %s", e.Message)
 		}
@@ -226,7 +226,7 @@ allow_local_registries = true`})
 		// A closed loopback port: the pull is tried and fails on this
 		// machine.
 		id := open.create(sandboxRequest("127.0.0.1:1/opensandbox/missing:latest", "sleep", "1"))
-		sb := open.waitState(id, "Failed", 60*time.Second)
+		sb := open.waitState(id, "Failed")
 		open.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 		if sb.Status.Reason != "IMAGE_PULL_FAILED" {
 			t.Errorf("status %+v, want a pull that was tried and failed", sb.Status)
@@ -323,7 +323,7 @@ label_scope = %q
 			r := sandboxRequest(image, "sleep", "1")
 			r.Extensions = map[string]string{"docker.runtime": "runsc"}
 			return r
-		}(), "SANDBOX::INVALID_PARAMETER", []string{`"docker.runtime"`, "kubernetes.runtimeClassName"}})
+		}(), api.CodeSandboxInvalidParameter, []string{`"docker.runtime"`, "kubernetes.runtimeClassName"}})
 	tryRefusals(t, s, list)
 	attack(t, "refused creates leave no pod", func(t *testing.T) string {
 		out := k.must(t, "-n", ns, "get", "pods", "-l", "opensandbox.io/scope="+s.scope, "-o", "name")

@@ -144,7 +144,7 @@ func raceOnce(s *server, vol api.Volume, marker string) (result, detail string) 
 			return "still " + sb.Status.State, ""
 		}
 	}
-	status, body = rawCall(s, "GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
+	status, body = rawCall(s, "GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, nil)
 	var ep api.Endpoint
 	if status != 200 || json.Unmarshal(body, &ep) != nil {
 		return fmt.Sprintf("endpoint answered %d", status), string(body)
@@ -258,7 +258,7 @@ func TestAttackHostVolumeRace(t *testing.T) {
 	attacker := sandboxRequest(busyboxImage, "sleep", "100000")
 	attacker.Volumes = []api.Volume{{Name: "shared", MountPath: "/shared", Host: &api.HostVolume{Path: allowed}}}
 	a := s.execd(s.create(attacker))
-	s.waitState(a.id, "Running", time.Minute)
+	s.waitState(a.id, "Running")
 	startSwapper(t, a, swapLoop("/shared/race", secrets), "/shared/race")
 
 	n := raceAttempts()
@@ -288,7 +288,7 @@ func TestAttackNamedVolumeSubPathRace(t *testing.T) {
 	attacker := sandboxRequest(busyboxImage, "sleep", "100000")
 	attacker.Volumes = []api.Volume{{Name: "shared", MountPath: "/shared", PVC: &api.PVCVolume{ClaimName: vol, DeleteOnSandboxTermination: true}}}
 	a := s.execd(s.create(attacker))
-	s.waitState(a.id, "Running", time.Minute)
+	s.waitState(a.id, "Running")
 	startSwapper(t, a, swapLoop("/shared/race", secrets), "/shared/race")
 
 	n := raceAttempts() / 2

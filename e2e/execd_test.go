@@ -25,7 +25,7 @@ func TestPythonImage(t *testing.T) {
 		t.Fatalf("python command: %+v", r)
 	}
 	// Docker-style endpoints reach execd through its own port proxy.
-	c.call("GET", "/proxy/44772/ping", nil, 200, nil)
+	c.call("GET", "/proxy/"+execdPort+"/ping", nil, 200, nil)
 	if got := c.mustRun("echo $$"); got == "1" {
 		t.Fatal("command ran as PID 1")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // TestLifecycle drives one sandbox through everything a client does with
@@ -39,9 +41,9 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("create answered %+v", created)
 	}
 	// The Python and JavaScript SDKs resolve both endpoints at once.
-	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/44772", nil, 200, nil)
+	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/"+execdPort, nil, 200, nil)
 	s.call("GET", "/v1/sandboxes/"+created.ID+"/endpoints/18080", nil, 200, nil)
-	sb := s.waitState(created.ID, "Running", 60*time.Second)
+	sb := s.waitState(created.ID, "Running")
 	if sb.Image == nil || sb.Image.URI != pythonImage || sb.Metadata["team"] != "ml" || sb.ExpiresAt == nil ||
 		strings.Join(sb.Entrypoint, " ") != "sleep infinity" {
 		t.Fatalf("sandbox %+v", sb)
@@ -85,13 +87,13 @@ func TestLifecycle(t *testing.T) {
 	c.mustRun(`(i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done) >/dev/null 2>&1 & echo $! > /tmp/pid`)
 	pid := c.mustRun("cat /tmp/pid")
 	s.call("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 202, nil)
-	if sb := s.waitState(created.ID, "Paused", 10*time.Second); sb.Status.State != "Paused" {
+	if sb := s.waitState(created.ID, "Paused"); sb.Status.State != "Paused" {
 		t.Fatal("not paused")
 	}
-	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+	s.wantError("POST", "/v1/sandboxes/"+created.ID+"/pause", nil, 409, api.CodeDockerSandboxNotRunning)
 	time.Sleep(500 * time.Millisecond)
 	s.call("POST", "/v1/sandboxes/"+created.ID+"/resume", nil, 202, nil)
-	s.waitState(created.ID, "Running", 10*time.Second)
+	s.waitState(created.ID, "Running")
 	if got := c.mustRun("cat /tmp/pid; kill -0 $(cat /tmp/pid) && echo alive"); got != pid+"\nalive" {
 		t.Fatalf("process after resume: %q", got)
 	}
@@ -113,7 +115,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Delete.
 	s.call("DELETE", "/v1/sandboxes/"+created.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	s.wantError("GET", "/v1/sandboxes/"+created.ID, nil, 404, api.CodeDockerSandboxNotFound)
 	if n := s.scopeContainers(); n != 0 {
 		t.Fatalf("%d containers left after delete", n)
 	}
@@ -125,23 +127,33 @@ func ptr[T any](v T) *T { return &v }
 // stays until its new expiry.
 func TestExpiry(t *testing.T) {
 	s := startServer(t, serverOptions{})
+	// The timeout is as long as a start may take here: a shorter one
+	// could pass while the sandbox still starts, and it would be gone
+	// before it ever ran.
 	short := sandboxRequest(busyboxImage, "sleep", "1000000")
-	short.Timeout = ptr(int64(2))
+	short.Timeout = ptr(int64(math.Ceil(testwait.Timeout().Seconds())))
 	a := s.create(short)
 	b := s.create(short)
-	s.waitState(a, "Running", 30*time.Second)
-	s.waitState(b, "Running", 30*time.Second)
+	s.waitState(a, "Running")
+	sb := s.waitState(b, "Running")
 	var sa api.Sandbox
 	s.call("GET", "/v1/sandboxes/"+a, nil, 200, &sa)
-	s.call("POST", "/v1/sandboxes/"+b+"/renew-expiration", map[string]string{"expiresAt": time.Now().Add(5 * time.Second).UTC().Format(time.RFC3339Nano)}, 200, nil)
-	gone := s.waitGone(a, 10*time.Second)
-	if late := gone.Sub(*sa.ExpiresAt); late > time.Second+200*time.Millisecond {
-		t.Fatalf("sandbox deleted %v after its expiry", late)
+	if !time.Now().Before(*sa.ExpiresAt) {
+		t.Fatalf("sandbox %s was Running only after its expiry %v; the machine is slower than its measured pace", a, sa.ExpiresAt)
 	}
+	renewed := sb.ExpiresAt.Add(3 * time.Second)
+	s.call("POST", "/v1/sandboxes/"+b+"/renew-expiration", map[string]string{"expiresAt": renewed.UTC().Format(time.RFC3339Nano)}, 200, nil)
+	if late := s.waitGone(a).Sub(*sa.ExpiresAt); late > time.Second+200*time.Millisecond {
+		t.Fatalf("sandbox still there %v after its expiry", late)
+	}
+	// Past the renewed sandbox's old expiry, with the server's margin.
+	time.Sleep(time.Until(sb.ExpiresAt.Add(1500 * time.Millisecond)))
 	if resp, _ := s.do("GET", "/v1/sandboxes/"+b, nil); resp.StatusCode != 200 {
 		t.Fatal("the renewed sandbox went at its old expiry")
 	}
-	s.waitGone(b, 10*time.Second)
+	if late := s.waitGone(b).Sub(renewed); late > time.Second+200*time.Millisecond {
+		t.Fatalf("the renewed sandbox still there %v after its new expiry", late)
+	}
 	// A sandbox without timeout has no expiry, and cannot be renewed.
 	forever := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
 	var sf api.Sandbox
@@ -157,7 +169,7 @@ func TestExpiry(t *testing.T) {
 func TestSnapshotRoundTrip(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	id := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
-	s.waitState(id, "Running", 30*time.Second)
+	s.waitState(id, "Running")
 	s.execd(id).mustRun("echo from-the-snapshot > /root/kept")
 	var snap api.Snapshot
 	resp, data := s.do("POST", "/v1/sandboxes/"+id+"/snapshots", map[string]string{"name": "e2e"})
@@ -165,15 +177,17 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("snapshot: %d %s %v", resp.StatusCode, data, resp.Header)
 	}
 	json.Unmarshal(data, &snap)
-	for deadline := time.Now().Add(60 * time.Second); snap.Status.State != "Ready"; time.Sleep(50 * time.Millisecond) {
+	testwait.Wait{What: "snapshot " + snap.ID + " to be Ready", Starts: 2,
+		Describe: func() string { return fmt.Sprintf("snapshot %+v\n%s", snap, s.describe(id)) }}.Until(t, func() bool {
 		s.call("GET", "/v1/snapshots/"+snap.ID, nil, 200, &snap)
-		if snap.Status.State == "Failed" || time.Now().After(deadline) {
+		if snap.Status.State == "Failed" {
 			t.Fatalf("snapshot %+v", snap)
 		}
-	}
+		return snap.Status.State == "Ready"
+	})
 	s.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 	restored := s.create(api.CreateSandboxRequest{SnapshotID: snap.ID, ResourceLimits: map[string]string{"cpu": "1", "memory": "256Mi"}})
-	sb := s.waitState(restored, "Running", 30*time.Second)
+	sb := s.waitState(restored, "Running")
 	if sb.SnapshotID != snap.ID || sb.Image != nil {
 		t.Fatalf("restored sandbox %+v", sb)
 	}
@@ -186,7 +200,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("snapshots of %s: %+v", id, list)
 	}
 	s.call("DELETE", "/v1/snapshots/"+snap.ID, nil, 204, nil)
-	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, "SNAPSHOT::NOT_FOUND")
+	s.wantError("GET", "/v1/snapshots/"+snap.ID, nil, 404, api.CodeSnapshotNotFound)
 }
 
 // TestVolumesThroughAPI: a host directory under the allowlist mounts; one
@@ -199,14 +213,14 @@ func TestVolumesThroughAPI(t *testing.T) {
 	req.Volumes = []api.Volume{{Name: "work", MountPath: "/work", Host: &api.HostVolume{Path: allowed}},
 		{Name: "cache", MountPath: "/cache", PVC: &api.PVCVolume{ClaimName: "osb-e2e-" + s.scope, DeleteOnSandboxTermination: true}}}
 	id := s.create(req)
-	s.waitState(id, "Running", 30*time.Second)
+	s.waitState(id, "Running")
 	if got := s.execd(id).mustRun("cat /work/hello; touch /cache/x && echo named-ok"); got != "from the host\nnamed-ok" {
 		t.Fatalf("volumes: %q", got)
 	}
 	before := s.scopeContainers()
 	outside := sandboxRequest(busyboxImage, "sleep", "1")
 	outside.Volumes = []api.Volume{{Name: "etc", MountPath: "/host-etc", Host: &api.HostVolume{Path: "/etc"}}}
-	s.wantError("POST", "/v1/sandboxes", outside, 400, "VOLUME::HOST_PATH_NOT_ALLOWED")
+	s.wantError("POST", "/v1/sandboxes", outside, 400, api.CodeVolumeHostPathNotAllowed)
 	sock := sandboxRequest(busyboxImage, "sleep", "1")
 	sock.Volumes = []api.Volume{{Name: "sock", MountPath: "/sock", Host: &api.HostVolume{Path: "/var/run/docker.sock"}}}
 	s.wantError("POST", "/v1/sandboxes", sock, 400, "")
@@ -221,7 +235,7 @@ func TestGVisorSandbox(t *testing.T) {
 	req := sandboxRequest(busyboxImage, "sleep", "1000000")
 	req.Extensions = map[string]string{"docker.runtime": "runsc"}
 	id := s.create(req)
-	s.waitState(id, "Running", 60*time.Second)
+	s.waitState(id, "Running")
 	if got := s.execd(id).mustRun("dmesg | head -n 1"); !strings.Contains(got, "gVisor") {
 		t.Fatalf("dmesg: %q", got)
 	}
@@ -249,7 +263,11 @@ func TestParallelCreates(t *testing.T) {
 		if id == "" {
 			t.Fatalf("create %d failed", i)
 		}
-		s.waitState(id, "Running", 120*time.Second)
+	}
+	// All wait behind one another on two cores: each wait may take as
+	// long as the starts not yet seen Running.
+	for i, id := range ids {
+		s.waitStateN(id, "Running", n-i)
 	}
 	var list api.ListSandboxesResponse
 	s.call("GET", "/v1/sandboxes?pageSize=200", nil, 200, &list)
@@ -264,16 +282,20 @@ func TestParallelCreates(t *testing.T) {
 func TestRestart(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	keep := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
-	s.waitState(keep, "Running", 30*time.Second)
+	s.waitState(keep, "Running")
 	s.execd(keep).mustRun("echo before > /tmp/state")
+	// The expiring sandbox gets its short expiry right before the kill:
+	// a short timeout at create could pass while it still starts, or
+	// before the kill, on a busy machine.
 	expiring := sandboxRequest(busyboxImage, "sleep", "1000000")
-	expiring.Timeout = ptr(int64(4))
+	expiring.Timeout = ptr(int64(3600))
 	exp := s.create(expiring)
-	s.waitState(exp, "Running", 30*time.Second)
+	s.waitState(exp, "Running")
 
 	s.stop(syscall.SIGTERM)
 	s.start()
-	s.waitState(keep, "Running", 10*time.Second)
+	s.waitState(keep, "Running")
+	s.waitState(exp, "Running")
 	if got := s.execd(keep).mustRun("cat /tmp/state"); got != "before" {
 		t.Fatalf("after a graceful restart: %q", got)
 	}
@@ -283,12 +305,17 @@ func TestRestart(t *testing.T) {
 	for range 5 {
 		inflight = append(inflight, s.create(sandboxRequest(busyboxImage, "sleep", "1000000")))
 	}
+	expiresAt := time.Now().Add(2 * time.Second)
+	s.call("POST", "/v1/sandboxes/"+exp+"/renew-expiration", map[string]string{"expiresAt": expiresAt.UTC().Format(time.RFC3339Nano)}, 200, nil)
 	s.stop(syscall.SIGKILL)
-	time.Sleep(4 * time.Second) // the expiring sandbox's time passes while no server runs
+	if killed := time.Now(); !killed.Before(expiresAt) {
+		t.Fatalf("the server was killed %v after the expiry it was to miss", killed.Sub(expiresAt))
+	}
+	time.Sleep(time.Until(expiresAt.Add(time.Second))) // the expiry passes while no server runs
 	s.start()
-	s.waitGone(exp, 3*time.Second)
-	for _, id := range append(inflight, keep) {
-		s.waitState(id, "Running", 60*time.Second)
+	s.waitGone(exp)
+	for i, id := range append(inflight, keep) {
+		s.waitStateN(id, "Running", len(inflight)+1-i)
 		s.execd(id).mustRun("true")
 	}
 	if got := s.execd(keep).mustRun("cat /tmp/state"); got != "before" {
@@ -374,7 +401,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// A missing image fails the sandbox with a reason, and leaves nothing.
 	missing := s.create(img("127.0.0.1:1/opensandbox/missing:latest"))
-	sb := s.waitState(missing, "Failed", 30*time.Second)
+	sb := s.waitState(missing, "Failed")
 	if sb.Status.Reason == "" || !strings.Contains(sb.Status.Message, "127.0.0.1:1") {
 		t.Fatalf("failed sandbox status %+v", sb.Status)
 	}
@@ -389,7 +416,7 @@ func TestBadInput(t *testing.T) {
 func TestServerProxy(t *testing.T) {
 	s := startServer(t, serverOptions{server: `public_address = ""`})
 	id := s.create(sandboxRequest(pythonImage, "python3", "-m", "http.server", "8080", "--directory", "/etc"))
-	s.waitState(id, "Running", 30*time.Second)
+	s.waitState(id, "Running")
 	var direct, viaProxy api.Endpoint
 	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080", nil, 200, &direct)
 	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?use_server_proxy=true", nil, 200, &viaProxy)
@@ -429,7 +456,7 @@ func TestServerProxy(t *testing.T) {
 	// execd itself through the server proxy: a terminal over WebSocket,
 	// with only the endpoint's headers, as an SDK in proxy mode does.
 	var execdEP api.Endpoint
-	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772?use_server_proxy=true", nil, 200, &execdEP)
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort+"?use_server_proxy=true", nil, 200, &execdEP)
 	c := &container{t: t, base: "http://" + execdEP.Endpoint, token: execdEP.Headers[api.HeaderExecdToken], hc: &http.Client{}}
 	var sess api.PTYSession
 	c.call("POST", "/pty", nil, 201, &sess)
@@ -498,19 +525,21 @@ func TestSlowPullDoesNotBlock(t *testing.T) {
 	}()
 	s := startServer(t, serverOptions{server: "allow_local_registries = true"}) // the stalling registry is on loopback
 	stalled := s.create(sandboxRequest(ln.Addr().String()+"/stalled/image:latest", "sleep", "1"))
-	time.Sleep(300 * time.Millisecond)
-	var sb api.Sandbox
-	s.call("GET", "/v1/sandboxes/"+stalled, nil, 200, &sb)
-	if sb.Status.State != "Pending" || sb.Status.Reason != "PULLING_IMAGE" {
-		t.Fatalf("stalled create: %+v", sb.Status)
-	}
+	testwait.Until(t, "the stalled create to be pulling", func() bool {
+		var sb api.Sandbox
+		s.call("GET", "/v1/sandboxes/"+stalled, nil, 200, &sb)
+		if sb.Status.State != "Pending" {
+			t.Fatalf("stalled create: %+v", sb.Status)
+		}
+		return sb.Status.Reason == "PULLING_IMAGE"
+	}, func() string { return s.describe(stalled) })
+	// The pull never ends: a create waiting behind it would never run,
+	// so the wait's deadline (one start on this machine) is the bound.
 	start := time.Now()
 	other := s.create(sandboxRequest(busyboxImage, "sleep", "1000000"))
-	s.waitState(other, "Running", 10*time.Second)
+	s.waitState(other, "Running")
 	s.execd(other).mustRun("true")
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("another sandbox took %v while a pull stalled", d)
-	}
+	t.Logf("another sandbox ran in %v while a pull stalled", time.Since(start).Round(time.Millisecond))
 	s.call("DELETE", "/v1/sandboxes/"+stalled, nil, 204, nil)
 	s.wantError("GET", "/v1/sandboxes/"+stalled, nil, 404, "")
 }
@@ -522,7 +551,7 @@ func TestSecureAccess(t *testing.T) {
 	req := sandboxRequest(busyboxImage, "sleep", "1000000")
 	req.SecureAccess = true
 	id := s.create(req)
-	s.waitState(id, "Running", 30*time.Second)
+	s.waitState(id, "Running")
 	var ep api.Endpoint
 	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080", nil, 200, &ep)
 	if !strings.HasSuffix(ep.Endpoint, "/proxy/8080") || ep.Headers[api.HeaderExecdToken] == "" {

@@ -9,12 +9,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
+
+	"github.com/opensandbox/opensandbox/api"
 )
 
 // execdBin, serverBin and osbBin are the binaries built once for the
 // whole package, side by side, as make build lays them out.
 var execdBin, serverBin, osbBin string
+
+// execdPort is execd's port as paths and arguments spell it.
+var execdPort = strconv.Itoa(api.ExecdPort)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

@@ -4,7 +4,6 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 )
@@ -17,7 +16,7 @@ func TestMetrics(t *testing.T) {
 	s := startServer(t, serverOptions{})
 	var created api.CreateSandboxResponse
 	s.call("POST", "/v1/sandboxes", sandboxRequest(busyboxImage, "sleep", "1000000"), 202, &created)
-	s.waitState(created.ID, "Running", 60*time.Second)
+	s.waitState(created.ID, "Running")
 
 	resp, body := s.do("GET", "/metrics", nil, api.HeaderAPIKey, "", "Authorization", "Bearer "+s.key)
 	if resp.StatusCode != 200 {

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
@@ -484,11 +485,11 @@ func TestOSBSnapshot(t *testing.T) {
 	}
 	// Bad input.
 	r := s.osb("snapshot", "get", snap.ID)
-	r.fails(t, 1, "SNAPSHOT::NOT_FOUND")
+	r.fails(t, 1, api.CodeSnapshotNotFound)
 	r.fails(t, 1, "request_id=")
-	s.osb("snapshot", "delete", "no-such-snapshot").fails(t, 1, "SNAPSHOT::NOT_FOUND")
+	s.osb("snapshot", "delete", "no-such-snapshot").fails(t, 1, api.CodeSnapshotNotFound)
 	s.osb("snapshot", "create", "no-such-sandbox").fails(t, 1, "SANDBOX_NOT_FOUND")
-	s.osb("sandbox", "create", "--snapshot-id", "no-such-snapshot").fails(t, 1, "SNAPSHOT::NOT_FOUND")
+	s.osb("sandbox", "create", "--snapshot-id", "no-such-snapshot").fails(t, 1, api.CodeSnapshotNotFound)
 	s.osb("snapshot", "list", "--page", "0").fails(t, 2, "at least 1")
 	s.osb("snapshot", "create", c.ID, "--name", "").fails(t, 2, "--name must not be empty")
 	s.osb("snapshot", "get").fails(t, 2, "accepts 1 arg(s)")

@@ -76,7 +76,7 @@ func TestOSBSandbox(t *testing.T) {
 		Endpoint string
 		Headers  map[string]string
 	}
-	s.osb("sandbox", "endpoint", id, "-p", "44772", "-o", "json").json(t, &ep)
+	s.osb("sandbox", "endpoint", id, "-p", execdPort, "-o", "json").json(t, &ep)
 	if !strings.HasPrefix(ep.Endpoint, "127.0.0.1:") || ep.Headers["X-EXECD-ACCESS-TOKEN"] == "" {
 		t.Errorf("endpoint: %+v", ep)
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,21 +10,20 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // poolStatus polls a pool until cond holds.
 func (s *server) waitPool(name string, cond func(api.PoolStatus) bool) api.Pool {
 	s.t.Helper()
 	var p api.Pool
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Wait{What: "pool " + name, Starts: 2, Describe: func() string {
+		return fmt.Sprintf("pool %s: %+v\n%s", name, p.Status, testwait.Containers("label=opensandbox.scope="+s.scope))
+	}}.Until(s.t, func() bool {
 		s.call("GET", "/v1/pools/"+name, nil, 200, &p)
-		if p.Status != nil && cond(*p.Status) {
-			return p
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("pool %s: %+v", name, p.Status)
-		}
-	}
+		return p.Status != nil && cond(*p.Status)
+	})
+	return p
 }
 
 // TestWarmPools drives warm pools through the server: a pool from the
@@ -94,7 +94,7 @@ pool_max = 5
 	if created.Status.State == "Running" {
 		t.Errorf("a plain create was served by a pool with variables of its own")
 	}
-	s.waitState(created.ID, "Running", 60*time.Second)
+	s.waitState(created.ID, "Running")
 	if out := s.execd(created.ID).mustRun("echo x$FROM_POOL"); out != "x" {
 		t.Errorf("a plain create got the pool's variables: %q", out)
 	}
@@ -105,7 +105,7 @@ pool_max = 5
 		Template:     &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}, ResourceLimits: map[string]string{"cpu": "250m", "memory": "64Mi"}},
 		CapacitySpec: &api.CapacitySpec{BufferMin: 5, BufferMax: 5, PoolMax: 5}}, 201, nil)
 	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "api", Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}},
-		CapacitySpec: &api.CapacitySpec{BufferMax: 1, PoolMax: 1}}, http.StatusConflict, "POOL::ALREADY_EXISTS")
+		CapacitySpec: &api.CapacitySpec{BufferMax: 1, PoolMax: 1}}, http.StatusConflict, api.CodePoolAlreadyExists)
 	s.waitPool("api", func(st api.PoolStatus) bool { return st.Available == 5 })
 	const n = 12
 	ids := make([]string, n)
@@ -124,7 +124,7 @@ pool_max = 5
 			t.Fatalf("sandbox %s handed out twice", id)
 		}
 		seen[id] = true
-		s.waitState(id, "Running", 60*time.Second)
+		s.waitState(id, "Running")
 	}
 	p = s.waitPool("api", func(st api.PoolStatus) bool { return st.Claims == 5 })
 	if p.Status.Misses != n-5 || p.Status.Allocated != 5 {
@@ -150,12 +150,12 @@ pool_max = 5
 	s.waitPool("cfg", func(st api.PoolStatus) bool { return st.Available == 1 && st.Starting == 0 })
 
 	// Bad input.
-	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "nope"}}, 404, "POOL::NOT_FOUND")
-	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "Bad Name"}, 400, "SANDBOX::INVALID_PARAMETER")
+	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "nope"}}, 404, api.CodePoolNotFound)
+	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "Bad Name"}, 400, api.CodeSandboxInvalidParameter)
 	s.wantError("POST", "/v1/pools", api.PoolRequest{Name: "x", Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}},
-		CapacitySpec: &api.CapacitySpec{BufferMin: 3, BufferMax: 2, PoolMax: 5}}, 400, "SANDBOX::INVALID_PARAMETER")
-	s.wantError("GET", "/v1/pools/nope", nil, 404, "POOL::NOT_FOUND")
-	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "cfg"}, SnapshotID: "abc"}, 400, "SANDBOX::INVALID_PARAMETER")
+		CapacitySpec: &api.CapacitySpec{BufferMin: 3, BufferMax: 2, PoolMax: 5}}, 400, api.CodeSandboxInvalidParameter)
+	s.wantError("GET", "/v1/pools/nope", nil, 404, api.CodePoolNotFound)
+	s.wantError("POST", "/v1/sandboxes", api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "cfg"}, SnapshotID: "abc"}, 400, api.CodeSandboxInvalidParameter)
 
 	// A restart keeps the pools, their warm sandboxes and what they
 	// handed out.
@@ -177,7 +177,7 @@ pool_max = 5
 	}
 
 	s.call("DELETE", "/v1/pools/api", nil, 204, nil)
-	s.wantError("DELETE", "/v1/pools/api", nil, 404, "POOL::NOT_FOUND")
+	s.wantError("DELETE", "/v1/pools/api", nil, 404, api.CodePoolNotFound)
 	// What the pool handed out stays.
 	s.execd(ids[1]).mustRun("true")
 }

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testregistry"
@@ -20,13 +19,13 @@ func TestPullWithCredentials(t *testing.T) {
 	s := startServer(t, serverOptions{server: "allow_local_registries = true"}) // the test registry is on loopback
 
 	noAuth := s.create(sandboxRequest(ref, "sleep", "1000000"))
-	sb := s.waitState(noAuth, "Failed", 30*time.Second)
+	sb := s.waitState(noAuth, "Failed")
 	if sb.Status.Reason != "IMAGE_PULL_FAILED" || !strings.Contains(strings.ToLower(sb.Status.Message), "auth") {
 		t.Fatalf("pull without credentials: %+v", sb.Status)
 	}
 	wrong := sandboxRequest(ref, "sleep", "1000000")
 	wrong.Image.Auth = &api.ImageAuth{Username: "osb", Password: "wrong"}
-	s.waitState(s.create(wrong), "Failed", 30*time.Second)
+	s.waitState(s.create(wrong), "Failed")
 
 	const n = 4
 	ids := make(chan string, n)
@@ -39,7 +38,7 @@ func TestPullWithCredentials(t *testing.T) {
 	}
 	for range n {
 		id := <-ids
-		sb := s.waitState(id, "Running", 60*time.Second)
+		sb := s.waitState(id, "Running")
 		if sb.Image.Auth != nil {
 			t.Fatal("credentials echoed back")
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // execdPath is where the tests mount execd inside containers.
@@ -39,7 +41,7 @@ func startContainer(t *testing.T, image string, extra []string, entrypoint ...st
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	args := []string{"run", "-d", "--label", "osb-e2e=1", "-p", "127.0.0.1::44772",
+	args := []string{"run", "-d", "--label", "osb-e2e=1", "-p", "127.0.0.1::" + execdPort,
 		"-v", execdBin + ":" + execdPath + ":ro", "--entrypoint", execdPath}
 	args = append(args, extra...)
 	args = append(args, image, "--access-token", token)
@@ -55,24 +57,21 @@ func startContainer(t *testing.T, image string, extra []string, entrypoint ...st
 		}
 		exec.Command("docker", "rm", "-f", id).Run()
 	})
-	port := strings.TrimSpace(docker(t, "port", id, "44772/tcp"))
+	port := strings.TrimSpace(docker(t, "port", id, execdPort+"/tcp"))
 	c.base = "http://" + strings.Split(port, "\n")[0]
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var last error
+	testwait.Until(t, "execd in "+image+" to answer", func() bool {
 		req, _ := http.NewRequest("GET", c.base+"/ping", nil)
 		req.Header.Set(api.HeaderExecdToken, token)
 		resp, err := c.hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return c
-			}
+		if last = err; err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("execd in %s did not answer: %v", image, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		last = fmt.Errorf("ping: %s", resp.Status)
+		return resp.StatusCode == 200
+	}, func() string { return fmt.Sprintf("last ping: %v\n%s", last, testwait.Containers("id="+id)) })
+	return c
 }
 
 // docker runs the docker CLI and returns its output, failing the test on

@@ -21,6 +21,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // server is an opensandbox-server process on loopback, with its own data
@@ -91,9 +92,9 @@ type = "docker"
 [runtime.docker]
 data_dir = %q
 label_scope = %q
-start_timeout = "30s"
+start_timeout = %q
 %s
-`, s.listen, s.key, opts.server, s.dataDir, s.scope, opts.docker)
+`, s.listen, s.key, opts.server, s.dataDir, s.scope, startTimeout().String(), opts.docker)
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +117,11 @@ start_timeout = "30s"
 	s.start()
 	return s
 }
+
+// startTimeout is the servers' start_timeout: twice what a test waits for
+// a start, so that the test's wait, which says what the sandbox was
+// doing, runs out before the server fails the sandbox. At least 30 s.
+func startTimeout() time.Duration { return max(30*time.Second, testwait.TimeoutN(2)) }
 
 func tail(s string, lines int) string {
 	parts := strings.Split(s, "\n")
@@ -283,38 +289,79 @@ func (s *server) create(req api.CreateSandboxRequest) string {
 	return resp.ID
 }
 
-// waitState polls GET until the sandbox is in state.
-func (s *server) waitState(id, state string, timeout time.Duration) api.Sandbox {
+// waitState polls GET until the sandbox is in state, for as long as one
+// start may take on this machine (see testwait); a sandbox that fails
+// instead fails the test at once.
+func (s *server) waitState(id, state string) api.Sandbox {
 	s.t.Helper()
-	var sb api.Sandbox
-	for deadline := time.Now().Add(timeout); ; time.Sleep(25 * time.Millisecond) {
-		resp, data := s.do("GET", "/v1/sandboxes/"+id, nil)
-		if resp.StatusCode == 200 {
-			json.Unmarshal(data, &sb)
-			if sb.Status.State == state {
-				return sb
-			}
-			if sb.Status.State == "Failed" && state != "Failed" {
-				s.t.Fatalf("sandbox %s failed: %+v", id, sb.Status)
-			}
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("sandbox %s is %+v after %v, want %s", id, sb.Status, timeout, state)
-		}
-	}
+	return s.waitStateN(id, state, 1)
 }
 
-// waitGone polls GET until the sandbox is 404.
-func (s *server) waitGone(id string, timeout time.Duration) time.Time {
+// waitStateN is waitState for a wait that covers several starts (the
+// sandbox waits behind others created at once, or its server restarts).
+func (s *server) waitStateN(id, state string, starts int) api.Sandbox {
 	s.t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+	var sb api.Sandbox
+	testwait.Wait{What: "sandbox " + id + " to be " + state, Starts: starts, Every: 25 * time.Millisecond,
+		Describe: func() string { return s.describe(id) }}.Until(s.t, func() bool {
+		resp, data := s.do("GET", "/v1/sandboxes/"+id, nil)
+		if resp.StatusCode != 200 {
+			return false
+		}
+		json.Unmarshal(data, &sb)
+		if sb.Status.State == "Failed" && state != "Failed" {
+			s.t.Fatalf("sandbox %s failed: %+v\n%s", id, sb.Status, s.describe(id))
+		}
+		return sb.Status.State == state
+	})
+	return sb
+}
+
+// waitGone polls GET until the sandbox is 404. It returns when the last
+// request that still found the sandbox was sent: the sandbox was there
+// at that time, however slow the answers were.
+func (s *server) waitGone(id string) (stillThere time.Time) {
+	s.t.Helper()
+	testwait.Wait{What: "sandbox " + id + " to be gone", Every: 20 * time.Millisecond,
+		Describe: func() string { return s.describe(id) }}.Until(s.t, func() bool {
+		sent := time.Now()
 		if resp, _ := s.do("GET", "/v1/sandboxes/"+id, nil); resp.StatusCode == 404 {
-			return time.Now()
+			return true
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("sandbox %s still there after %v", id, timeout)
+		stillThere = sent
+		return false
+	})
+	return stillThere
+}
+
+// describe says what a sandbox is doing, for a wait that ran out: its
+// status, its events, its container's log as the server has them, and
+// the container as the engine has it.
+func (s *server) describe(id string) string {
+	var b strings.Builder
+	get := func(path string) string {
+		req, err := http.NewRequest("GET", s.base+path, nil)
+		if err != nil {
+			return err.Error()
 		}
+		req.Header.Set(api.HeaderAPIKey, s.key)
+		resp, err := s.hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var d api.DiagnosticContent
+		if resp.StatusCode == 200 && json.Unmarshal(data, &d) == nil && d.Content != nil {
+			return tail(*d.Content, 30)
+		}
+		return resp.Status + " " + strings.TrimSpace(string(data))
 	}
+	fmt.Fprintf(&b, "sandbox %s: %s\n", id, get("/v1/sandboxes/"+id))
+	fmt.Fprintf(&b, "events:\n%s\n", get("/v1/sandboxes/"+id+"/diagnostics/events?scope=all"))
+	fmt.Fprintf(&b, "container log:\n%s\n", get("/v1/sandboxes/"+id+"/diagnostics/logs?scope=container"))
+	b.WriteString(testwait.Containers("label=opensandbox.id=" + id))
+	return b.String()
 }
 
 // execd returns a client of a sandbox's execd, built from its endpoint
@@ -322,23 +369,22 @@ func (s *server) waitGone(id string, timeout time.Duration) time.Time {
 func (s *server) execd(id string) *container {
 	s.t.Helper()
 	var ep api.Endpoint
-	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil, 200, &ep)
+	s.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, nil, 200, &ep)
 	if strings.Contains(ep.Endpoint, "://") || ep.Headers[api.HeaderExecdToken] == "" {
 		s.t.Fatalf("execd endpoint %+v", ep)
 	}
 	c := &container{t: s.t, id: id, base: "http://" + ep.Endpoint, token: ep.Headers[api.HeaderExecdToken], hc: &http.Client{}}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var last error
+	testwait.Until(s.t, "execd of "+id+" to answer at "+c.base, func() bool {
 		resp, err := c.hc.Do(mustRequest(c, "GET", "/ping"))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return c
-			}
+		if last = err; err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("execd of %s does not answer at %s", id, c.base)
-		}
-	}
+		resp.Body.Close()
+		last = fmt.Errorf("ping: %s", resp.Status)
+		return resp.StatusCode == 200
+	}, func() string { return fmt.Sprintf("last ping: %v\n%s", last, s.describe(id)) })
+	return c
 }
 
 func mustRequest(c *container, method, path string) *http.Request {

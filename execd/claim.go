@@ -17,7 +17,10 @@ const minClaimToken = 16
 // life, the access token is replaced (the pool's stops working), the
 // user's variables join the environment of every later process, and the
 // user's entrypoint starts. A second claim is refused with 409, so a
-// sandbox can never be handed out twice.
+// sandbox can never be handed out twice. The Docker runtime claims a
+// sandbox whose disk it measures in the same way, with its own token,
+// to start its held entrypoint once it has measured it: the 409 keeps a
+// server that hands it over again from starting it twice.
 func (s *Server) claimSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.ClaimRequest
 	if err := httpx.DecodeJSON(w, r, &req, 0, false); err != nil {

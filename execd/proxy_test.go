@@ -409,15 +409,16 @@ func FuzzProxyTarget(f *testing.F) {
 // {host}:{port}/proxy/44772/...; the proxy strips the token, so execd must
 // serve its own port itself.
 func TestProxyToExecdItself(t *testing.T) {
-	_, c := newTestServer(t, func(cfg *Config) { cfg.Port = 44772 })
-	c.call("GET", "/proxy/44772/ping", nil, http.StatusOK, nil)
-	events := c.stream("/proxy/44772/command", api.RunCommandRequest{Command: "echo through the proxy"})
+	_, c := newTestServer(t, func(cfg *Config) { cfg.Port = api.ExecdPort })
+	proxy := "/proxy/" + strconv.Itoa(api.ExecdPort)
+	c.call("GET", proxy+"/ping", nil, http.StatusOK, nil)
+	events := c.stream(proxy+"/command", api.RunCommandRequest{Command: "echo through the proxy"})
 	if got := outputOf(events, api.EventStdout); got != "through the proxy" {
 		t.Fatalf("command through the proxy: %+v", events)
 	}
-	c.wantError("GET", "/proxy/44772/command/status/nope", nil, http.StatusNotFound, api.CodeInvalidRequestBody)
+	c.wantError("GET", proxy+"/command/status/nope", nil, http.StatusNotFound, api.CodeInvalidRequestBody)
 	// Without the token the request is refused before any of this.
-	req := c.request("GET", "/proxy/44772/ping", nil)
+	req := c.request("GET", proxy+"/ping", nil)
 	req.Header.Del(api.HeaderExecdToken)
 	if resp, _ := c.do(req); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("without token: %d", resp.StatusCode)

@@ -89,7 +89,7 @@ func (s *Server) authenticateProxy(ctx context.Context, r *http.Request, id sand
 	}
 	token := r.Header.Get(sandbox.HeaderExecdToken)
 	if token != "" {
-		ep, err := s.rt.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, err := s.rt.Endpoint(ctx, id, api.ExecdPort)
 		if err != nil && ctx.Err() != nil {
 			return err
 		}

@@ -112,10 +112,10 @@ func TestDiagnosticDescriptors(t *testing.T) {
 	for _, c := range []struct{ kind, scope string }{
 		{"logs", "runtime"}, {"logs", ""}, {"logs", "network"}, {"events", "container"}, {"events", "ALL"},
 	} {
-		e.call("GET", "/v1/sandboxes/"+id+"/diagnostics/"+c.kind+"?scope="+c.scope, "").wantError(t, 400, "DIAGNOSTICS::INVALID_SCOPE")
+		e.call("GET", "/v1/sandboxes/"+id+"/diagnostics/"+c.kind+"?scope="+c.scope, "").wantError(t, 400, api.CodeDiagnosticsInvalidScope)
 	}
-	e.call("GET", "/v1/sandboxes/nope/diagnostics/logs?scope=container", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
-	e.call("GET", "/v1/sandboxes/nope/diagnostics/events?scope=all", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("GET", "/v1/sandboxes/nope/diagnostics/logs?scope=container", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+	e.call("GET", "/v1/sandboxes/nope/diagnostics/events?scope=all", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 }
 
 func TestDiagnosticTruncation(t *testing.T) {
@@ -204,10 +204,10 @@ func TestDiagnosticLegacy(t *testing.T) {
 		"logs?tail=0", "logs?tail=10001", "logs?tail=x", "logs?since=soon", "logs?since=-5m", "logs?since=0s",
 		"events?limit=0", "events?limit=501", "summary?tail=0", "summary?event_limit=501",
 	} {
-		e.call("GET", "/v1/sandboxes/"+id+"/diagnostics/"+q, "").wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+		e.call("GET", "/v1/sandboxes/"+id+"/diagnostics/"+q, "").wantError(t, 400, api.CodeSandboxInvalidParameter)
 	}
 	for _, p := range []string{"logs", "events", "inspect", "summary"} {
-		e.call("GET", "/v1/sandboxes/nope/diagnostics/"+p, "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+		e.call("GET", "/v1/sandboxes/nope/diagnostics/"+p, "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 	}
 }
 

@@ -29,8 +29,8 @@ type ManagerConfig struct {
 	// HousekeepingInterval is how often the runtime's own reconciliation
 	// (orphans, drift) runs, if it has one. Default 15 s.
 	HousekeepingInterval time.Duration
-	// RuntimeName prefixes runtime-specific error codes ("DOCKER",
-	// "KUBERNETES"). Default "DOCKER".
+	// RuntimeName picks the runtime-specific error codes: "DOCKER" or
+	// "KUBERNETES". Default "DOCKER"; New refuses a manager with another.
 	RuntimeName string
 	// Logger receives the manager's log. Default: discard.
 	Logger *slog.Logger
@@ -160,7 +160,7 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	if spec.SnapshotID != "" {
 		sn, ok := m.rt.(sandbox.Snapshotter)
 		if !ok {
-			return nil, sandbox.Coded(sandbox.ErrNotImplemented, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot restore snapshots")
+			return nil, sandbox.Coded(sandbox.ErrNotImplemented, codeSnapshotNotImpl, "this runtime cannot restore snapshots")
 		}
 		image, err := sn.SnapshotImage(ctx, sandbox.SnapshotID(spec.SnapshotID))
 		if err != nil {
@@ -223,17 +223,17 @@ func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.
 		return time.Time{}, err
 	}
 	if sb.ExpiresAt == nil {
-		return time.Time{}, sandbox.Coded(sandbox.ErrConflict, m.cfg.RuntimeName+"::INVALID_EXPIRATION",
+		return time.Time{}, sandbox.Coded(sandbox.ErrConflict, runtimeCodes[m.cfg.RuntimeName].invalidExpiration,
 			fmt.Sprintf("sandbox %s was created without a timeout and has no expiration to renew", id))
 	}
 	now := m.now()
 	at = at.UTC()
 	if !at.After(now) {
-		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, m.cfg.RuntimeName+"::INVALID_EXPIRATION",
+		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, runtimeCodes[m.cfg.RuntimeName].invalidExpiration,
 			fmt.Sprintf("new expiration %s is not in the future", at.Format(time.RFC3339)))
 	}
 	if m.cfg.MaxTimeout > 0 && at.Sub(now) > m.cfg.MaxTimeout {
-		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+		return time.Time{}, sandbox.Coded(sandbox.ErrInvalid, codeInvalidParameter,
 			fmt.Sprintf("new expiration is more than the server's maximum of %v ahead", m.cfg.MaxTimeout))
 	}
 	if err := m.rt.SetExpiry(ctx, id, &at); err != nil {
@@ -246,7 +246,7 @@ func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.
 func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
 	p, ok := m.rt.(sandbox.Pauser)
 	if !ok {
-		return m.unsupported(sandbox.OpPause, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot pause sandboxes")
+		return m.unsupported(sandbox.OpPause, codeAPINotSupported, "this runtime cannot pause sandboxes")
 	}
 	return p.Pause(ctx, id)
 }
@@ -255,7 +255,7 @@ func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
 func (m *Manager) Resume(ctx context.Context, id sandbox.ID) error {
 	p, ok := m.rt.(sandbox.Pauser)
 	if !ok {
-		return m.unsupported(sandbox.OpPause, "SANDBOX::API_NOT_SUPPORTED", "this runtime cannot resume sandboxes")
+		return m.unsupported(sandbox.OpPause, codeAPINotSupported, "this runtime cannot resume sandboxes")
 	}
 	return p.Resume(ctx, id)
 }
@@ -265,7 +265,7 @@ func (m *Manager) Resume(ctx context.Context, id sandbox.ID) error {
 func (m *Manager) Snapshotter() (sandbox.Snapshotter, error) {
 	sn, ok := m.rt.(sandbox.Snapshotter)
 	if !ok {
-		return nil, m.unsupported(sandbox.OpSnapshot, "SNAPSHOT::NOT_IMPLEMENTED", "this runtime cannot take snapshots")
+		return nil, m.unsupported(sandbox.OpSnapshot, codeSnapshotNotImpl, "this runtime cannot take snapshots")
 	}
 	return sn, nil
 }

@@ -91,7 +91,7 @@ type proxyTargetKey struct{}
 func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, p proxyPath) {
 	port, ok := parsePort(p.port)
 	if !ok {
-		s.writeError(w, r, invalid(s.runtimeCode("INVALID_PORT"), "port %q: want an integer from 1 to 65535", p.port))
+		s.writeError(w, r, invalid(s.codes().invalidPort, "port %q: want an integer from 1 to 65535", p.port))
 		return
 	}
 	ctx := r.Context()

@@ -189,9 +189,9 @@ func TestProxyHTTP(t *testing.T) {
 	}
 
 	for _, p := range []string{"0", "65536", "http", "-1"} {
-		e.call("GET", "/v1/sandboxes/"+id+"/proxy/"+p+"/x", "").wantError(t, 400, "DOCKER::INVALID_PORT")
+		e.call("GET", "/v1/sandboxes/"+id+"/proxy/"+p+"/x", "").wantError(t, 400, api.CodeDockerInvalidPort)
 	}
-	e.call("GET", "/v1/sandboxes/nope/proxy/8080/x", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("GET", "/v1/sandboxes/nope/proxy/8080/x", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 }
 
 func TestProxyAuth(t *testing.T) {
@@ -229,7 +229,7 @@ func TestProxyAuth(t *testing.T) {
 	}
 	// An unknown sandbox: 404 to the API key holder, 401 to anyone else.
 	e.call("GET", "/v1/sandboxes/nope/proxy/8080/x", "", api.HeaderAPIKey, "", sandbox.HeaderExecdToken, token).wantError(t, 401, "INVALID_API_KEY")
-	e.call("GET", "/v1/sandboxes/nope/proxy/8080/x", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("GET", "/v1/sandboxes/nope/proxy/8080/x", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 
 	insecure := newEnvWith(t, rt, func(c *Config) { c.APIKey, c.Insecure = "", true })
 	insecure.call("GET", path, "", api.HeaderAPIKey, "").wantStatus(t, 201)
@@ -242,7 +242,7 @@ func TestProxyUseServerProxy(t *testing.T) {
 	rt := newRouted(hostOf(backend))
 	e := newEnvWith(t, rt)
 	id := e.create("")
-	for _, port := range []int{sandbox.PortExecd, 8080, 31337} {
+	for _, port := range []int{api.ExecdPort, 8080, 31337} {
 		var ep api.Endpoint
 		e.call("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/%d?use_server_proxy=true", id, port), "").wantStatus(t, 200).decode(t, &ep)
 		req, _ := http.NewRequest("GET", "http://"+ep.Endpoint+"/ping", nil)
@@ -397,7 +397,7 @@ func TestProxyBadGateway(t *testing.T) {
 	e := newEnvWith(t, newRouted(closed))
 	id := e.create("")
 	r := e.call("GET", "/v1/sandboxes/"+id+"/proxy/8080/x", "")
-	r.wantError(t, 502, "SANDBOX::BAD_GATEWAY")
+	r.wantError(t, 502, api.CodeSandboxBadGateway)
 	if strings.Contains(string(r.body), closed) {
 		t.Fatalf("502 tells the backend address: %s", r.body)
 	}

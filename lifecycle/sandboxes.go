@@ -207,7 +207,7 @@ func parseTimestamp(v string) (time.Time, error) {
 func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	port, ok := parsePort(r.PathValue("port"))
 	if !ok {
-		return invalid(s.runtimeCode("INVALID_PORT"), "port %q: want an integer from 1 to 65535", r.PathValue("port"))
+		return invalid(s.codes().invalidPort, "port %q: want an integer from 1 to 65535", r.PathValue("port"))
 	}
 	q := r.URL.Query()
 	useProxy := false
@@ -232,7 +232,7 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})
 	}
-	execd, err := s.rt.Endpoint(r.Context(), id, sandbox.PortExecd)
+	execd, err := s.rt.Endpoint(r.Context(), id, api.ExecdPort)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,7 +142,7 @@ func TestCreateFromSnapshot(t *testing.T) {
 	if got.Image != nil || got.SnapshotID != snap.ID || strings.Contains(string(r.body), "expiresAt") {
 		t.Fatalf("restored sandbox %s", r.body)
 	}
-	e.call("POST", "/v1/sandboxes", `{"snapshotId":"no-such-snapshot","resourceLimits":{}}`).wantError(t, 404, "SNAPSHOT::NOT_FOUND")
+	e.call("POST", "/v1/sandboxes", `{"snapshotId":"no-such-snapshot","resourceLimits":{}}`).wantError(t, 404, api.CodeSnapshotNotFound)
 	e.call("POST", "/v1/sandboxes", `{"snapshotId":"`+snap.ID+`","entrypoint":["sleep","1"],"resourceLimits":{}}`).wantStatus(t, 202)
 }
 
@@ -152,7 +153,7 @@ func (u unreadySnapshots) SnapshotImage(ctx context.Context, snap sandbox.Snapsh
 	if _, err := u.GetSnapshot(ctx, snap); err != nil {
 		return "", err
 	}
-	return "", sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::NOT_READY", "snapshot "+string(snap)+" is Creating")
+	return "", sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotNotReady, "snapshot "+string(snap)+" is Creating")
 }
 
 func TestCreateFromUnreadySnapshot(t *testing.T) {
@@ -161,8 +162,8 @@ func TestCreateFromUnreadySnapshot(t *testing.T) {
 	e.waitState(src, sandbox.StateRunning)
 	var snap api.Snapshot
 	e.call("POST", "/v1/sandboxes/"+src+"/snapshots", "").wantStatus(t, 202).decode(t, &snap)
-	e.call("POST", "/v1/sandboxes", `{"snapshotId":"`+snap.ID+`","resourceLimits":{}}`).wantError(t, 409, "SNAPSHOT::NOT_READY")
-	e.call("POST", "/v1/sandboxes", `{"snapshotId":"nope","resourceLimits":{}}`).wantError(t, 404, "SNAPSHOT::NOT_FOUND")
+	e.call("POST", "/v1/sandboxes", `{"snapshotId":"`+snap.ID+`","resourceLimits":{}}`).wantError(t, 409, api.CodeSnapshotNotReady)
+	e.call("POST", "/v1/sandboxes", `{"snapshotId":"nope","resourceLimits":{}}`).wantError(t, 404, api.CodeSnapshotNotFound)
 }
 
 func waitSnapshot(t *testing.T, e *testEnv, id, state string) {
@@ -190,62 +191,62 @@ func TestCreateValidation(t *testing.T) {
 	tests := []struct {
 		name, body, code string
 	}{
-		{"neither image nor snapshot", `{"entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"blank snapshot only", `{"snapshotId":"  ",` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"both", `{"image":{"uri":"a"},"snapshotId":"s","entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"blank uri", `{"image":{"uri":"  "},"entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"missing uri", `{"image":{},"entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"bad reference", `{"image":{"uri":"Python:3.11"},"entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"reference with space", `{"image":{"uri":"python :3"},"entrypoint":["x"],` + rl + `}`, "SANDBOX::INVALID_PARAMETER"},
-		{"no entrypoint", `{"image":{"uri":"a"},` + rl + `}`, "DOCKER::INVALID_ENTRYPOINT"},
-		{"empty entrypoint", `{"image":{"uri":"a"},"entrypoint":[],` + rl + `}`, "DOCKER::INVALID_ENTRYPOINT"},
-		{"blank program", `{"image":{"uri":"a"},"entrypoint":[" ","x"],` + rl + `}`, "DOCKER::INVALID_ENTRYPOINT"},
-		{"NUL in argument", `{"image":{"uri":"a"},"entrypoint":["sh","a\u0000b"],` + rl + `}`, "DOCKER::INVALID_ENTRYPOINT"},
-		{"timeout below minimum", img(`,"timeout":59`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout zero", img(`,"timeout":0`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout negative", img(`,"timeout":-5`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout above maximum", img(`,"timeout":86401`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout absurd", img(`,"timeout":1000000000000000000`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout beyond int64", img(`,"timeout":100000000000000000000`), "SANDBOX::INVALID_PARAMETER"},
-		{"timeout string", img(`,"timeout":"600"`), "SANDBOX::INVALID_PARAMETER"},
-		{"no resource limits", `{"image":{"uri":"a"},"entrypoint":["x"]}`, "SANDBOX::INVALID_PARAMETER"},
-		{"null resource limits", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":null}`, "SANDBOX::INVALID_PARAMETER"},
-		{"unknown resource", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"disk":"1Gi"}}`, "SANDBOX::INVALID_PARAMETER"},
-		{"bad cpu", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"cpu":"lots"}}`, "SANDBOX::INVALID_PARAMETER"},
-		{"bad memory", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"memory":"512MB"}}`, "SANDBOX::INVALID_PARAMETER"},
-		{"bad gpu", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"gpu":"some"}}`, "SANDBOX::INVALID_PARAMETER"},
-		{"env name with =", img(`,"env":{"A=B":"x"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"env empty name", img(`,"env":{"":"x"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"metadata bad value", img(`,"metadata":{"purpose":"Data Processing Sandbox"}`), "SANDBOX::INVALID_METADATA_LABEL"},
-		{"metadata reserved", img(`,"metadata":{"opensandbox.io/id":"x"}`), "SANDBOX::INVALID_METADATA_LABEL"},
-		{"metadata long key", img(`,"metadata":{"` + strings.Repeat("k", 64) + `":"x"}`), "SANDBOX::INVALID_METADATA_LABEL"},
-		{"platform os", img(`,"platform":{"os":"plan9","arch":"amd64"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"platform arch", img(`,"platform":{"os":"linux","arch":"riscv"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"platform incomplete", img(`,"platform":{"os":"linux"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"network policy", img(`,"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"example.org"}]}`), "SANDBOX::INVALID_PARAMETER"},
-		{"empty network policy", img(`,"networkPolicy":{}`), "SANDBOX::INVALID_PARAMETER"},
-		{"malformed network policy", img(`,"networkPolicy":{"defaultAction":"maybe"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"network policy extra field", img(`,"networkPolicy":{"rules":[]}`), "SANDBOX::INVALID_PARAMETER"},
-		{"credential proxy without policy", img(`,"credentialProxy":{"enabled":true}`), "SANDBOX::INVALID_PARAMETER"},
-		{"pool ref", `{"extensions":{"poolRef":"warm"}}`, "SANDBOX::UNSUPPORTED_POOL_REF"},
-		{"renew extend too small", img(`,"extensions":{"access.renew.extend.seconds":"299"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"renew extend too large", img(`,"extensions":{"access.renew.extend.seconds":"86401"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"renew extend empty", img(`,"extensions":{"access.renew.extend.seconds":""}`), "SANDBOX::INVALID_PARAMETER"},
-		{"renew extend not a number", img(`,"extensions":{"access.renew.extend.seconds":"5m"}`), "SANDBOX::INVALID_PARAMETER"},
-		{"volume bad name", img(`,"volumes":[{"name":"Data","mountPath":"/d","pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_NAME"},
-		{"volume duplicate name", img(`,"volumes":[{"name":"d","mountPath":"/a","pvc":{"claimName":"c"}},{"name":"d","mountPath":"/b","pvc":{"claimName":"c"}}]`), "VOLUME::DUPLICATE_NAME"},
-		{"volume relative mount", img(`,"volumes":[{"name":"d","mountPath":"d","pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_MOUNT_PATH"},
-		{"volume same mount", img(`,"volumes":[{"name":"a","mountPath":"/d","pvc":{"claimName":"c"}},{"name":"b","mountPath":"/d/","pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_MOUNT_PATH"},
-		{"volume sub path escapes", img(`,"volumes":[{"name":"d","mountPath":"/d","subPath":"a/../../b","pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_SUB_PATH"},
-		{"volume absolute sub path", img(`,"volumes":[{"name":"d","mountPath":"/d","subPath":"/etc","pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_SUB_PATH"},
-		{"volume no backend", img(`,"volumes":[{"name":"d","mountPath":"/d"}]`), "VOLUME::INVALID_BACKEND"},
-		{"volume two backends", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"/tmp"},"pvc":{"claimName":"c"}}]`), "VOLUME::INVALID_BACKEND"},
-		{"host volume refused by default", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"/tmp"}}]`), "VOLUME::HOST_PATH_NOT_ALLOWED"},
-		{"host volume relative", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"tmp"}}]`), "VOLUME::INVALID_HOST_PATH"},
-		{"pvc bad claim", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"My_Claim"}}]`), "VOLUME::INVALID_PVC_NAME"},
-		{"pvc bad storage", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"c","storage":"1GB"}}]`), "SANDBOX::INVALID_PARAMETER"},
-		{"pvc bad access mode", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"c","accessModes":["Sometimes"]}}]`), "SANDBOX::INVALID_PARAMETER"},
-		{"ossfs", img(`,"volumes":[{"name":"d","mountPath":"/d","ossfs":{"bucket":"b","endpoint":"e","accessKeyId":"a","accessKeySecret":"s"}}]`), "VOLUME::UNSUPPORTED_BACKEND"},
+		{"neither image nor snapshot", `{"entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"blank snapshot only", `{"snapshotId":"  ",` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"both", `{"image":{"uri":"a"},"snapshotId":"s","entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"blank uri", `{"image":{"uri":"  "},"entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"missing uri", `{"image":{},"entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"bad reference", `{"image":{"uri":"Python:3.11"},"entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"reference with space", `{"image":{"uri":"python :3"},"entrypoint":["x"],` + rl + `}`, api.CodeSandboxInvalidParameter},
+		{"no entrypoint", `{"image":{"uri":"a"},` + rl + `}`, api.CodeDockerInvalidEntrypoint},
+		{"empty entrypoint", `{"image":{"uri":"a"},"entrypoint":[],` + rl + `}`, api.CodeDockerInvalidEntrypoint},
+		{"blank program", `{"image":{"uri":"a"},"entrypoint":[" ","x"],` + rl + `}`, api.CodeDockerInvalidEntrypoint},
+		{"NUL in argument", `{"image":{"uri":"a"},"entrypoint":["sh","a\u0000b"],` + rl + `}`, api.CodeDockerInvalidEntrypoint},
+		{"timeout below minimum", img(`,"timeout":59`), api.CodeSandboxInvalidParameter},
+		{"timeout zero", img(`,"timeout":0`), api.CodeSandboxInvalidParameter},
+		{"timeout negative", img(`,"timeout":-5`), api.CodeSandboxInvalidParameter},
+		{"timeout above maximum", img(`,"timeout":86401`), api.CodeSandboxInvalidParameter},
+		{"timeout absurd", img(`,"timeout":1000000000000000000`), api.CodeSandboxInvalidParameter},
+		{"timeout beyond int64", img(`,"timeout":100000000000000000000`), api.CodeSandboxInvalidParameter},
+		{"timeout string", img(`,"timeout":"600"`), api.CodeSandboxInvalidParameter},
+		{"no resource limits", `{"image":{"uri":"a"},"entrypoint":["x"]}`, api.CodeSandboxInvalidParameter},
+		{"null resource limits", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":null}`, api.CodeSandboxInvalidParameter},
+		{"unknown resource", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"disk":"1Gi"}}`, api.CodeSandboxInvalidParameter},
+		{"bad cpu", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"cpu":"lots"}}`, api.CodeSandboxInvalidParameter},
+		{"bad memory", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"memory":"512MB"}}`, api.CodeSandboxInvalidParameter},
+		{"bad gpu", `{"image":{"uri":"a"},"entrypoint":["x"],"resourceLimits":{"gpu":"some"}}`, api.CodeSandboxInvalidParameter},
+		{"env name with =", img(`,"env":{"A=B":"x"}`), api.CodeSandboxInvalidParameter},
+		{"env empty name", img(`,"env":{"":"x"}`), api.CodeSandboxInvalidParameter},
+		{"metadata bad value", img(`,"metadata":{"purpose":"Data Processing Sandbox"}`), api.CodeSandboxInvalidMetadataLabel},
+		{"metadata reserved", img(`,"metadata":{"opensandbox.io/id":"x"}`), api.CodeSandboxInvalidMetadataLabel},
+		{"metadata long key", img(`,"metadata":{"` + strings.Repeat("k", 64) + `":"x"}`), api.CodeSandboxInvalidMetadataLabel},
+		{"platform os", img(`,"platform":{"os":"plan9","arch":"amd64"}`), api.CodeSandboxInvalidParameter},
+		{"platform arch", img(`,"platform":{"os":"linux","arch":"riscv"}`), api.CodeSandboxInvalidParameter},
+		{"platform incomplete", img(`,"platform":{"os":"linux"}`), api.CodeSandboxInvalidParameter},
+		{"network policy", img(`,"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"example.org"}]}`), api.CodeSandboxInvalidParameter},
+		{"empty network policy", img(`,"networkPolicy":{}`), api.CodeSandboxInvalidParameter},
+		{"malformed network policy", img(`,"networkPolicy":{"defaultAction":"maybe"}`), api.CodeSandboxInvalidParameter},
+		{"network policy extra field", img(`,"networkPolicy":{"rules":[]}`), api.CodeSandboxInvalidParameter},
+		{"credential proxy without policy", img(`,"credentialProxy":{"enabled":true}`), api.CodeSandboxInvalidParameter},
+		{"pool ref", `{"extensions":{"poolRef":"warm"}}`, api.CodeSandboxUnsupportedPoolRef},
+		{"renew extend too small", img(`,"extensions":{"access.renew.extend.seconds":"299"}`), api.CodeSandboxInvalidParameter},
+		{"renew extend too large", img(`,"extensions":{"access.renew.extend.seconds":"86401"}`), api.CodeSandboxInvalidParameter},
+		{"renew extend empty", img(`,"extensions":{"access.renew.extend.seconds":""}`), api.CodeSandboxInvalidParameter},
+		{"renew extend not a number", img(`,"extensions":{"access.renew.extend.seconds":"5m"}`), api.CodeSandboxInvalidParameter},
+		{"volume bad name", img(`,"volumes":[{"name":"Data","mountPath":"/d","pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidName},
+		{"volume duplicate name", img(`,"volumes":[{"name":"d","mountPath":"/a","pvc":{"claimName":"c"}},{"name":"d","mountPath":"/b","pvc":{"claimName":"c"}}]`), api.CodeVolumeDuplicateName},
+		{"volume relative mount", img(`,"volumes":[{"name":"d","mountPath":"d","pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidMountPath},
+		{"volume same mount", img(`,"volumes":[{"name":"a","mountPath":"/d","pvc":{"claimName":"c"}},{"name":"b","mountPath":"/d/","pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidMountPath},
+		{"volume sub path escapes", img(`,"volumes":[{"name":"d","mountPath":"/d","subPath":"a/../../b","pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidSubPath},
+		{"volume absolute sub path", img(`,"volumes":[{"name":"d","mountPath":"/d","subPath":"/etc","pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidSubPath},
+		{"volume no backend", img(`,"volumes":[{"name":"d","mountPath":"/d"}]`), api.CodeVolumeInvalidBackend},
+		{"volume two backends", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"/tmp"},"pvc":{"claimName":"c"}}]`), api.CodeVolumeInvalidBackend},
+		{"host volume refused by default", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"/tmp"}}]`), api.CodeVolumeHostPathNotAllowed},
+		{"host volume relative", img(`,"volumes":[{"name":"d","mountPath":"/d","host":{"path":"tmp"}}]`), api.CodeVolumeInvalidHostPath},
+		{"pvc bad claim", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"My_Claim"}}]`), api.CodeVolumeInvalidPVCName},
+		{"pvc bad storage", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"c","storage":"1GB"}}]`), api.CodeSandboxInvalidParameter},
+		{"pvc bad access mode", img(`,"volumes":[{"name":"d","mountPath":"/d","pvc":{"claimName":"c","accessModes":["Sometimes"]}}]`), api.CodeSandboxInvalidParameter},
+		{"ossfs", img(`,"volumes":[{"name":"d","mountPath":"/d","ossfs":{"bucket":"b","endpoint":"e","accessKeyId":"a","accessKeySecret":"s"}}]`), api.CodeVolumeUnsupportedBackend},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,9 +267,9 @@ func TestCreateValidation(t *testing.T) {
 
 func TestRuntimeNameInCodes(t *testing.T) {
 	e, _ := newEnv(t, func(c *Config) { c.RuntimeName = "KUBERNETES" })
-	e.call("GET", "/v1/sandboxes/nope", "").wantError(t, 404, "KUBERNETES::SANDBOX_NOT_FOUND")
-	e.call("GET", "/v1/sandboxes/nope/endpoints/0", "").wantError(t, 400, "KUBERNETES::INVALID_PORT")
-	e.call("POST", "/v1/sandboxes", `{"image":{"uri":"a"},"resourceLimits":{}}`).wantError(t, 400, "KUBERNETES::INVALID_ENTRYPOINT")
+	e.call("GET", "/v1/sandboxes/nope", "").wantError(t, 404, api.CodeKubernetesSandboxNotFound)
+	e.call("GET", "/v1/sandboxes/nope/endpoints/0", "").wantError(t, 400, api.CodeKubernetesInvalidPort)
+	e.call("POST", "/v1/sandboxes", `{"image":{"uri":"a"},"resourceLimits":{}}`).wantError(t, 400, api.CodeKubernetesInvalidEntrypoint)
 }
 
 // TestConcurrentCreates creates 50 sandboxes at once through HTTP.
@@ -382,7 +383,7 @@ func TestListSandboxes(t *testing.T) {
 		e.call("GET", "/v1/sandboxes"+q, "").wantError(t, 400, "INVALID_METADATA_FORMAT")
 	}
 	for _, q := range []string{"?page=0", "?page=-1", "?page=x", "?pageSize=0", "?pageSize=201", "?pageSize=1.5", "?page=99999999999999999999"} {
-		e.call("GET", "/v1/sandboxes"+q, "").wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+		e.call("GET", "/v1/sandboxes"+q, "").wantError(t, 400, api.CodeSandboxInvalidParameter)
 	}
 	var out api.ListSandboxesResponse
 	e.call("GET", "/v1/sandboxes?page=1000000000&pageSize=200", "").wantStatus(t, 200).decode(t, &out)
@@ -407,12 +408,13 @@ func TestGetAndDeleteSandbox(t *testing.T) {
 	if len(r.body) != 0 {
 		t.Fatalf("204 with body %q", r.body)
 	}
-	e.call("GET", "/v1/sandboxes/"+id, "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
-	e.call("DELETE", "/v1/sandboxes/"+id, "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("GET", "/v1/sandboxes/"+id, "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+	e.call("DELETE", "/v1/sandboxes/"+id, "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 
 	id = e.create("")
-	rt.FailNext("Delete", sandbox.Coded(sandbox.ErrConflict, "DOCKER::SANDBOX_DELETE_FAILED", "busy"))
-	e.call("DELETE", "/v1/sandboxes/"+id, "").wantError(t, 409, "DOCKER::SANDBOX_DELETE_FAILED")
+	// The runtime's own code, whichever it is, reaches the client.
+	rt.FailNext("Delete", sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidSourceState, "busy"))
+	e.call("DELETE", "/v1/sandboxes/"+id, "").wantError(t, 409, api.CodeSnapshotInvalidSourceState)
 }
 
 func TestEntrypointNeverNull(t *testing.T) {
@@ -449,16 +451,16 @@ func TestPatchMetadata(t *testing.T) {
 		e.call("PATCH", "/v1/sandboxes/"+id+"/metadata", body).wantError(t, 400, "INVALID_METADATA_LABEL")
 	}
 	for _, body := range []string{`null`, `[]`, `{"a":1}`, ``} {
-		e.call("PATCH", "/v1/sandboxes/"+id+"/metadata", body).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+		e.call("PATCH", "/v1/sandboxes/"+id+"/metadata", body).wantError(t, 400, api.CodeSandboxInvalidParameter)
 	}
-	e.call("PATCH", "/v1/sandboxes/nope/metadata", `{"a":"b"}`).wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
-	e.call("PATCH", "/v1/sandboxes/nope/metadata", `{}`).wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("PATCH", "/v1/sandboxes/nope/metadata", `{"a":"b"}`).wantError(t, 404, api.CodeDockerSandboxNotFound)
+	e.call("PATCH", "/v1/sandboxes/nope/metadata", `{}`).wantError(t, 404, api.CodeDockerSandboxNotFound)
 }
 
 func TestPauseResume(t *testing.T) {
 	e, rt := newEnv(t)
 	id := e.create("")
-	e.call("POST", "/v1/sandboxes/"+id+"/resume", "").wantError(t, 409, "DOCKER::SANDBOX_NOT_PAUSED")
+	e.call("POST", "/v1/sandboxes/"+id+"/resume", "").wantError(t, 409, api.CodeDockerSandboxNotPaused)
 	e.waitState(id, sandbox.StateRunning)
 	r := e.call("POST", "/v1/sandboxes/"+id+"/pause", "").wantStatus(t, 202)
 	if len(r.body) != 0 {
@@ -467,14 +469,14 @@ func TestPauseResume(t *testing.T) {
 	if sb, _ := rt.Get(context.Background(), sandbox.ID(id)); sb.Status.State != sandbox.StatePaused {
 		t.Fatalf("after pause: %s", sb.Status.State)
 	}
-	e.call("POST", "/v1/sandboxes/"+id+"/pause", "").wantError(t, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+	e.call("POST", "/v1/sandboxes/"+id+"/pause", "").wantError(t, 409, api.CodeDockerSandboxNotRunning)
 	e.call("POST", "/v1/sandboxes/"+id+"/resume", "").wantStatus(t, 202)
-	e.call("POST", "/v1/sandboxes/nope/pause", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("POST", "/v1/sandboxes/nope/pause", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 
 	bare := newEnvWith(t, bareRuntime{fake.New()})
 	id = bare.create("")
-	bare.call("POST", "/v1/sandboxes/"+id+"/pause", "").wantError(t, 501, "SANDBOX::API_NOT_SUPPORTED")
-	bare.call("POST", "/v1/sandboxes/"+id+"/resume", "").wantError(t, 501, "SANDBOX::API_NOT_SUPPORTED")
+	bare.call("POST", "/v1/sandboxes/"+id+"/pause", "").wantError(t, 501, api.CodeSandboxAPINotSupported)
+	bare.call("POST", "/v1/sandboxes/"+id+"/resume", "").wantError(t, 501, api.CodeSandboxAPINotSupported)
 }
 
 func TestRenewExpiration(t *testing.T) {
@@ -500,16 +502,16 @@ func TestRenewExpiration(t *testing.T) {
 	}
 	renew(`{"expiresAt":"`+naive.Add(time.Hour).Format("2006-01-02 15:04:05.000")+`"}`).wantStatus(t, 200)
 
-	renew(`{"expiresAt":"2001-01-01T00:00:00Z"}`).wantError(t, 400, "DOCKER::INVALID_EXPIRATION")
-	renew(`{"expiresAt":"`+time.Now().Add(100*time.Hour).UTC().Format(time.RFC3339)+`"}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	renew(`{}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	renew(`{"expiresAt":"tomorrow"}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	renew(`{"expiresAt":12345}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	renew(``).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+	renew(`{"expiresAt":"2001-01-01T00:00:00Z"}`).wantError(t, 400, api.CodeDockerInvalidExpiration)
+	renew(`{"expiresAt":"`+time.Now().Add(100*time.Hour).UTC().Format(time.RFC3339)+`"}`).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	renew(`{}`).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	renew(`{"expiresAt":"tomorrow"}`).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	renew(`{"expiresAt":12345}`).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	renew(``).wantError(t, 400, api.CodeSandboxInvalidParameter)
 
 	noTTL := e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{}}`)
-	e.call("POST", "/v1/sandboxes/"+noTTL+"/renew-expiration", `{"expiresAt":"`+at.Format(time.RFC3339)+`"}`).wantError(t, 409, "DOCKER::INVALID_EXPIRATION")
-	e.call("POST", "/v1/sandboxes/nope/renew-expiration", `{"expiresAt":"`+at.Format(time.RFC3339)+`"}`).wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("POST", "/v1/sandboxes/"+noTTL+"/renew-expiration", `{"expiresAt":"`+at.Format(time.RFC3339)+`"}`).wantError(t, 409, api.CodeDockerInvalidExpiration)
+	e.call("POST", "/v1/sandboxes/nope/renew-expiration", `{"expiresAt":"`+at.Format(time.RFC3339)+`"}`).wantError(t, 404, api.CodeDockerSandboxNotFound)
 }
 
 func TestEndpoint(t *testing.T) {
@@ -518,8 +520,9 @@ func TestEndpoint(t *testing.T) {
 	token := rt.Token(sandbox.ID(id))
 
 	var ep api.Endpoint
-	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/44772", "").wantStatus(t, 200).decode(t, &ep)
-	if ep.Endpoint != "fake.invalid:44772" || ep.Headers[sandbox.HeaderExecdToken] != token {
+	execdPort := strconv.Itoa(api.ExecdPort)
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+execdPort, "").wantStatus(t, 200).decode(t, &ep)
+	if ep.Endpoint != "fake.invalid:"+execdPort || ep.Headers[sandbox.HeaderExecdToken] != token {
 		t.Fatalf("endpoint %+v", ep)
 	}
 	for _, q := range []string{"?use_server_proxy=true", "?use_server_proxy=True", "?use_server_proxy=1"} {
@@ -533,15 +536,15 @@ func TestEndpoint(t *testing.T) {
 		t.Fatalf("use_server_proxy=false: %+v", ep)
 	}
 	for _, p := range []string{"0", "65536", "-1", "abc", "80.5", "1e3", "999999999999"} {
-		e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+p, "").wantError(t, 400, "DOCKER::INVALID_PORT")
+		e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+p, "").wantError(t, 400, api.CodeDockerInvalidPort)
 	}
 	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/65535", "").wantStatus(t, 200)
 	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/1", "").wantStatus(t, 200)
-	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?expires=4102444800", "").wantError(t, 400, "SANDBOX::API_NOT_SUPPORTED")
-	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?expires=4102444800&use_server_proxy=true", "").wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?use_server_proxy=maybe", "").wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	e.call("GET", "/v1/sandboxes/nope/endpoints/8080", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
-	e.call("GET", "/v1/sandboxes/nope/endpoints/8080?use_server_proxy=true", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?expires=4102444800", "").wantError(t, 400, api.CodeSandboxAPINotSupported)
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?expires=4102444800&use_server_proxy=true", "").wantError(t, 400, api.CodeSandboxInvalidParameter)
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/8080?use_server_proxy=maybe", "").wantError(t, 400, api.CodeSandboxInvalidParameter)
+	e.call("GET", "/v1/sandboxes/nope/endpoints/8080", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+	e.call("GET", "/v1/sandboxes/nope/endpoints/8080?use_server_proxy=true", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 
 	// Without a configured public address, the request's Host is used.
 	plain, prt := newEnv(t)

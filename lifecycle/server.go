@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"path/filepath"
-	"regexp"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -35,9 +34,9 @@ type Config struct {
 	// Insecure allows an empty APIKey: every request is then accepted.
 	Insecure bool
 
-	// RuntimeName prefixes the runtime-specific error codes
-	// ("DOCKER::SANDBOX_NOT_FOUND"): "DOCKER" or "KUBERNETES", upper case.
-	// Default "DOCKER".
+	// RuntimeName picks the runtime-specific error codes
+	// (api.CodeDockerSandboxNotFound or api.CodeKubernetesSandboxNotFound,
+	// ...): "DOCKER" or "KUBERNETES". Default "DOCKER".
 	RuntimeName string
 
 	// PublicAddress is this server's host:port as clients reach it,
@@ -102,8 +101,6 @@ type Config struct {
 // not marked insecure.
 var ErrNoAPIKey = errors.New("no API key: configure one, or mark the server insecure to accept every request")
 
-var runtimeNameRE = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
-
 // setDefaults fills in the fields left zero.
 func (c *Config) setDefaults() {
 	c.RuntimeName = cmp.Or(c.RuntimeName, "DOCKER")
@@ -122,8 +119,8 @@ func (c *Config) validate() error {
 	if c.APIKey == "" && !c.Insecure {
 		return ErrNoAPIKey
 	}
-	if !runtimeNameRE.MatchString(c.RuntimeName) {
-		return fmt.Errorf("RuntimeName %q: want upper-case letters, digits and _", c.RuntimeName)
+	if _, ok := runtimeCodes[c.RuntimeName]; !ok {
+		return fmt.Errorf("RuntimeName %q: want DOCKER or KUBERNETES", c.RuntimeName)
 	}
 	if strings.Contains(c.PublicAddress, "://") || strings.Contains(c.PublicAddress, "/") {
 		return fmt.Errorf("PublicAddress %q: want host[:port], without scheme or path", c.PublicAddress)
@@ -177,6 +174,9 @@ func New(m *Manager, cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lifecycle server config: %w", err)
+	}
+	if _, ok := runtimeCodes[m.cfg.RuntimeName]; !ok {
+		return nil, fmt.Errorf("lifecycle manager config: RuntimeName %q: want DOCKER or KUBERNETES", m.cfg.RuntimeName)
 	}
 	s := &Server{
 		m:         m,
@@ -332,38 +332,51 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 
 // Error codes of the lifecycle API that do not depend on the runtime.
 const (
-	codeInvalidParameter  = "SANDBOX::INVALID_PARAMETER"
-	codeUnknownError      = "SANDBOX::UNKNOWN_ERROR"
-	codeConflict          = "SANDBOX::CONFLICT"
-	codeNotImplemented    = "SANDBOX::NOT_IMPLEMENTED"
-	codeUnavailable       = "SANDBOX::UNAVAILABLE"
-	codeRequestTooLarge   = "SANDBOX::REQUEST_TOO_LARGE"
-	codeAPINotSupported   = "SANDBOX::API_NOT_SUPPORTED"
-	codeNotFound          = "SANDBOX::NOT_FOUND"
-	codeMethodNotAllowed  = "SANDBOX::METHOD_NOT_ALLOWED"
-	codeBadGateway        = "SANDBOX::BAD_GATEWAY"
-	codeMetadataLabel     = "SANDBOX::INVALID_METADATA_LABEL"
-	codePatchLabel        = "INVALID_METADATA_LABEL" // the reference's code on PATCH .../metadata
-	codeMetadataFormat    = "INVALID_METADATA_FORMAT"
-	codeUnsupportedPool   = "SANDBOX::UNSUPPORTED_POOL_REF"
-	codeSnapshotNotFound  = "SNAPSHOT::NOT_FOUND"
-	codePoolNotImpl       = "POOL::NOT_IMPLEMENTED"
-	codeInvalidScope      = "DIAGNOSTICS::INVALID_SCOPE"
-	codeMissingAPIKey     = "MISSING_API_KEY"
-	codeInvalidAPIKey     = "INVALID_API_KEY"
-	codeVolumeName        = "VOLUME::INVALID_NAME"
-	codeVolumeDuplicate   = "VOLUME::DUPLICATE_NAME"
-	codeVolumeBackend     = "VOLUME::INVALID_BACKEND"
-	codeVolumeMountPath   = "VOLUME::INVALID_MOUNT_PATH"
-	codeVolumeSubPath     = "VOLUME::INVALID_SUB_PATH"
-	codeVolumeHostPath    = "VOLUME::INVALID_HOST_PATH"
-	codeVolumeNotAllowed  = "VOLUME::HOST_PATH_NOT_ALLOWED"
-	codeVolumePVCName     = "VOLUME::INVALID_PVC_NAME"
-	codeVolumeUnsupported = "VOLUME::UNSUPPORTED_BACKEND"
+	codeInvalidParameter  = api.CodeSandboxInvalidParameter
+	codeUnknownError      = api.CodeSandboxUnknownError
+	codeConflict          = api.CodeSandboxConflict
+	codeNotImplemented    = api.CodeSandboxNotImplemented
+	codeUnavailable       = api.CodeSandboxUnavailable
+	codeRequestTooLarge   = api.CodeSandboxRequestTooLarge
+	codeAPINotSupported   = api.CodeSandboxAPINotSupported
+	codeNotFound          = api.CodeSandboxRouteNotFound
+	codeMethodNotAllowed  = api.CodeSandboxMethodNotAllowed
+	codeBadGateway        = api.CodeSandboxBadGateway
+	codeMetadataLabel     = api.CodeSandboxInvalidMetadataLabel
+	codePatchLabel        = api.CodeInvalidMetadataLabel // the reference's code on PATCH .../metadata
+	codeMetadataFormat    = api.CodeInvalidMetadataFormat
+	codeUnsupportedPool   = api.CodeSandboxUnsupportedPoolRef
+	codeSnapshotNotFound  = api.CodeSnapshotNotFound
+	codeSnapshotNotImpl   = api.CodeSnapshotNotImplemented
+	codePoolNotImpl       = api.CodePoolNotImplemented
+	codeInvalidScope      = api.CodeDiagnosticsInvalidScope
+	codeMissingAPIKey     = api.CodeMissingAPIKey
+	codeInvalidAPIKey     = api.CodeInvalidAPIKey
+	codeVolumeName        = api.CodeVolumeInvalidName
+	codeVolumeDuplicate   = api.CodeVolumeDuplicateName
+	codeVolumeBackend     = api.CodeVolumeInvalidBackend
+	codeVolumeMountPath   = api.CodeVolumeInvalidMountPath
+	codeVolumeSubPath     = api.CodeVolumeInvalidSubPath
+	codeVolumeHostPath    = api.CodeVolumeInvalidHostPath
+	codeVolumeNotAllowed  = api.CodeVolumeHostPathNotAllowed
+	codeVolumePVCName     = api.CodeVolumeInvalidPVCName
+	codeVolumeUnsupported = api.CodeVolumeUnsupportedBackend
 )
 
-// runtimeCode returns a runtime-specific code: "DOCKER::" + name.
-func (s *Server) runtimeCode(name string) string { return s.cfg.RuntimeName + "::" + name }
+// runtimeCodeSet holds the codes whose prefix names the runtime
+// (RuntimeName).
+type runtimeCodeSet struct {
+	sandboxNotFound, invalidEntrypoint, invalidPort, invalidExpiration string
+}
+
+// runtimeCodes maps each RuntimeName to its codes.
+var runtimeCodes = map[string]runtimeCodeSet{
+	"DOCKER":     {api.CodeDockerSandboxNotFound, api.CodeDockerInvalidEntrypoint, api.CodeDockerInvalidPort, api.CodeDockerInvalidExpiration},
+	"KUBERNETES": {api.CodeKubernetesSandboxNotFound, api.CodeKubernetesInvalidEntrypoint, api.CodeKubernetesInvalidPort, api.CodeKubernetesInvalidExpiration},
+}
+
+// codes returns the codes of the server's runtime.
+func (s *Server) codes() runtimeCodeSet { return runtimeCodes[s.cfg.RuntimeName] }
 
 // invalid returns a 400 answer with code and a formatted message.
 func invalid(code, format string, args ...any) error {
@@ -399,7 +412,7 @@ func (s *Server) classify(r *http.Request, err error) errorAnswer {
 		}
 		return errorAnswer{http.StatusInternalServerError, ce.Code, "an unexpected error occurred (request id " + requestIDOf(r) + ")"}
 	case errors.Is(err, sandbox.ErrNotFound):
-		return errorAnswer{http.StatusNotFound, s.runtimeCode("SANDBOX_NOT_FOUND"), err.Error()}
+		return errorAnswer{http.StatusNotFound, s.codes().sandboxNotFound, err.Error()}
 	case errors.Is(err, sandbox.ErrInvalid):
 		return errorAnswer{http.StatusBadRequest, codeInvalidParameter, err.Error()}
 	case errors.Is(err, sandbox.ErrConflict):

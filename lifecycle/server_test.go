@@ -183,6 +183,7 @@ func TestNewChecksConfig(t *testing.T) {
 		{"no key", Config{}, false},
 		{"runtime name", Config{APIKey: "k", RuntimeName: "KUBERNETES"}, true},
 		{"lower-case runtime name", Config{APIKey: "k", RuntimeName: "docker"}, false},
+		{"unknown runtime name", Config{APIKey: "k", RuntimeName: "PODMAN"}, false},
 		{"public address with scheme", Config{APIKey: "k", PublicAddress: "http://h:8080"}, false},
 		{"public address with path", Config{APIKey: "k", PublicAddress: "h:8080/v1"}, false},
 		{"relative allowlist entry", Config{APIKey: "k", HostPathAllowlist: []string{"data"}}, false},
@@ -199,6 +200,9 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	if _, err := New(m, Config{}); !errors.Is(err, ErrNoAPIKey) {
 		t.Fatalf("New without key: %v, want ErrNoAPIKey", err)
+	}
+	if _, err := New(NewManager(fake.New(), ManagerConfig{RuntimeName: "PODMAN"}), Config{APIKey: "k"}); err == nil {
+		t.Fatal("New accepted a manager whose RuntimeName has no codes")
 	}
 }
 
@@ -331,7 +335,7 @@ func TestBothMounts(t *testing.T) {
 			e.call("GET", prefix+"/snapshots/"+snap.ID, "").wantStatus(t, 200)
 			e.call("POST", prefix+sb+"/pause", "").wantStatus(t, 202)
 			e.call("POST", prefix+sb+"/resume", "").wantStatus(t, 202)
-			e.call("GET", prefix+"/pools", "").wantError(t, 501, "POOL::NOT_IMPLEMENTED")
+			e.call("GET", prefix+"/pools", "").wantError(t, 501, api.CodePoolNotImplemented)
 			e.call("DELETE", prefix+sb, "").wantStatus(t, 204)
 			e.call("GET", prefix+"/health", "").wantStatus(t, 200)
 		})
@@ -341,15 +345,15 @@ func TestBothMounts(t *testing.T) {
 func TestUnknownRouteAndMethod(t *testing.T) {
 	e, _ := newEnv(t)
 	for _, p := range []string{"/nothing", "/v1/nothing", "/v1/sandboxes/x/unknown", "/v2/sandboxes", "/v1/sandboxes/x/proxy"} {
-		e.call("GET", p, "").wantError(t, 404, "SANDBOX::NOT_FOUND")
+		e.call("GET", p, "").wantError(t, 404, api.CodeSandboxRouteNotFound)
 	}
 	r := e.call("PUT", "/v1/sandboxes", "")
-	r.wantError(t, 405, "SANDBOX::METHOD_NOT_ALLOWED")
+	r.wantError(t, 405, api.CodeSandboxMethodNotAllowed)
 	if allow := r.header.Get("Allow"); allow != "POST, GET, HEAD" {
 		t.Fatalf("Allow %q", allow)
 	}
-	e.call("POST", "/v1/sandboxes/x/metadata", "{}").wantError(t, 405, "SANDBOX::METHOD_NOT_ALLOWED")
-	e.call("DELETE", "/v1/pools", "").wantError(t, 405, "SANDBOX::METHOD_NOT_ALLOWED")
+	e.call("POST", "/v1/sandboxes/x/metadata", "{}").wantError(t, 405, api.CodeSandboxMethodNotAllowed)
+	e.call("DELETE", "/v1/pools", "").wantError(t, 405, api.CodeSandboxMethodNotAllowed)
 }
 
 func TestPools(t *testing.T) {
@@ -357,21 +361,21 @@ func TestPools(t *testing.T) {
 	for _, c := range []struct{ method, path string }{
 		{"GET", "/v1/pools"}, {"POST", "/v1/pools"}, {"GET", "/v1/pools/p"}, {"PUT", "/v1/pools/p"}, {"DELETE", "/pools/p"},
 	} {
-		e.call(c.method, c.path, `{}`).wantError(t, 501, "POOL::NOT_IMPLEMENTED")
+		e.call(c.method, c.path, `{}`).wantError(t, 501, api.CodePoolNotImplemented)
 	}
 }
 
 func TestBodyLimit(t *testing.T) {
 	e, _ := newEnv(t, func(c *Config) { c.MaxBodyBytes = 100 })
 	big := `{"image":{"uri":"python:3.11"},"entrypoint":["x"],"resourceLimits":{},"env":{"A":"` + strings.Repeat("x", 200) + `"}}`
-	e.call("POST", "/v1/sandboxes", big).wantError(t, 413, "SANDBOX::REQUEST_TOO_LARGE")
+	e.call("POST", "/v1/sandboxes", big).wantError(t, 413, api.CodeSandboxRequestTooLarge)
 	e.call("POST", "/v1/sandboxes", `{"image":{"uri":"python:3.11"},"entrypoint":["x"],"resourceLimits":{}}`).wantStatus(t, 202)
 }
 
 func TestMalformedBodies(t *testing.T) {
 	e, _ := newEnv(t)
 	for _, body := range []string{"", "   ", "{", "[]", `{"timeout":"60"}`, `{"image":1}`, `{} {}`, `{"timeout":1e18}`, `{"timeout":60.5}`} {
-		e.call("POST", "/v1/sandboxes", body).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+		e.call("POST", "/v1/sandboxes", body).wantError(t, 400, api.CodeSandboxInvalidParameter)
 	}
 }
 
@@ -387,18 +391,18 @@ func TestErrorMapping(t *testing.T) {
 		status int
 		code   string
 	}{
-		{sandbox.Coded(sandbox.ErrConflict, "DOCKER::SANDBOX_NOT_RUNNING", "not running"), 409, "DOCKER::SANDBOX_NOT_RUNNING"},
-		{fmt.Errorf("wrapped: %w", sandbox.Coded(sandbox.ErrNotImplemented, "X::Y", "no")), 501, "X::Y"},
-		{sandbox.Coded(sandbox.ErrUnavailable, "X::DOWN", "down"), 503, "X::DOWN"},
-		{sandbox.Coded(errors.New("odd"), "X::ODD", "odd"), 500, "X::ODD"},
-		{fmt.Errorf("sandbox x: %w", sandbox.ErrNotFound), 404, "KUBERNETES::SANDBOX_NOT_FOUND"},
-		{fmt.Errorf("bad: %w", sandbox.ErrInvalid), 400, "SANDBOX::INVALID_PARAMETER"},
-		{fmt.Errorf("busy: %w", sandbox.ErrConflict), 409, "SANDBOX::CONFLICT"},
-		{fmt.Errorf("no: %w", sandbox.ErrNotImplemented), 501, "SANDBOX::NOT_IMPLEMENTED"},
-		{fmt.Errorf("engine: %w", sandbox.ErrUnavailable), 503, "SANDBOX::UNAVAILABLE"},
-		{errors.New("something broke"), 500, "SANDBOX::UNKNOWN_ERROR"},
-		{&http.MaxBytesError{Limit: 10}, 413, "SANDBOX::REQUEST_TOO_LARGE"},
-		{invalid("A::B", "x %d", 1), 400, "A::B"},
+		{sandbox.Coded(sandbox.ErrConflict, api.CodeDockerSandboxNotRunning, "not running"), 409, api.CodeDockerSandboxNotRunning},
+		{fmt.Errorf("wrapped: %w", sandbox.Coded(sandbox.ErrNotImplemented, api.CodeSnapshotNotImplemented, "no")), 501, api.CodeSnapshotNotImplemented},
+		{sandbox.Coded(sandbox.ErrUnavailable, api.CodeKubernetesQuotaExceeded, "down"), 503, api.CodeKubernetesQuotaExceeded},
+		{sandbox.Coded(errors.New("odd"), api.CodeVolumePVCNotFound, "odd"), 500, api.CodeVolumePVCNotFound},
+		{fmt.Errorf("sandbox x: %w", sandbox.ErrNotFound), 404, api.CodeKubernetesSandboxNotFound},
+		{fmt.Errorf("bad: %w", sandbox.ErrInvalid), 400, api.CodeSandboxInvalidParameter},
+		{fmt.Errorf("busy: %w", sandbox.ErrConflict), 409, api.CodeSandboxConflict},
+		{fmt.Errorf("no: %w", sandbox.ErrNotImplemented), 501, api.CodeSandboxNotImplemented},
+		{fmt.Errorf("engine: %w", sandbox.ErrUnavailable), 503, api.CodeSandboxUnavailable},
+		{errors.New("something broke"), 500, api.CodeSandboxUnknownError},
+		{&http.MaxBytesError{Limit: 10}, 413, api.CodeSandboxRequestTooLarge},
+		{invalid(api.CodeVolumeInvalidName, "x %d", 1), 400, api.CodeVolumeInvalidName},
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -422,8 +426,8 @@ func TestErrorLogLevels(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	rt.FailNext("Create", errors.New("disk on fire"))
-	e.call("POST", "/v1/sandboxes", validCreate, api.HeaderRequestID, "req-500").wantError(t, 500, "SANDBOX::UNKNOWN_ERROR")
-	e.call("GET", "/v1/sandboxes/nope", "", api.HeaderRequestID, "req-404").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
+	e.call("POST", "/v1/sandboxes", validCreate, api.HeaderRequestID, "req-500").wantError(t, 500, api.CodeSandboxUnknownError)
+	e.call("GET", "/v1/sandboxes/nope", "", api.HeaderRequestID, "req-404").wantError(t, 404, api.CodeDockerSandboxNotFound)
 	var sawError, sawDebug bool
 	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
 		var rec map[string]any

@@ -14,7 +14,7 @@ import (
 func TestSnapshots(t *testing.T) {
 	e, rt := newEnv(t)
 	a, b := e.create(""), e.create("")
-	e.call("POST", "/v1/sandboxes/"+a+"/snapshots", "").wantError(t, 409, "SNAPSHOT::INVALID_SOURCE_STATE") // still Pending
+	e.call("POST", "/v1/sandboxes/"+a+"/snapshots", "").wantError(t, 409, api.CodeSnapshotInvalidSourceState) // still Pending
 	e.waitState(a, sandbox.StateRunning)
 	e.waitState(b, sandbox.StateRunning)
 
@@ -30,7 +30,7 @@ func TestSnapshots(t *testing.T) {
 	if loc := r.header.Get("Location"); loc != "/v1/snapshots/"+s1.ID {
 		t.Fatalf("Location %q", loc)
 	}
-	e.call("DELETE", "/v1/snapshots/"+s1.ID, "").wantError(t, 409, "SNAPSHOT::INVALID_STATE")
+	e.call("DELETE", "/v1/snapshots/"+s1.ID, "").wantError(t, 409, api.CodeSnapshotInvalidState)
 
 	time.Sleep(2 * time.Millisecond) // distinct creation times
 	var s2, s3 api.Snapshot
@@ -67,7 +67,7 @@ func TestSnapshots(t *testing.T) {
 			t.Errorf("GET /snapshots%s = %v, want %v", tt.q, got, tt.want)
 		}
 	}
-	e.call("GET", "/v1/snapshots?pageSize=201", "").wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+	e.call("GET", "/v1/snapshots?pageSize=201", "").wantError(t, 400, api.CodeSandboxInvalidParameter)
 
 	var got api.Snapshot
 	e.call("GET", "/v1/snapshots/"+s2.ID, "").wantStatus(t, 200).decode(t, &got)
@@ -78,12 +78,12 @@ func TestSnapshots(t *testing.T) {
 	e.call("DELETE", "/v1/sandboxes/"+a, "").wantStatus(t, 204)
 	e.call("GET", "/v1/snapshots/"+s2.ID, "").wantStatus(t, 200)
 	e.call("DELETE", "/v1/snapshots/"+s2.ID, "").wantStatus(t, 204)
-	e.call("GET", "/v1/snapshots/"+s2.ID, "").wantError(t, 404, "SNAPSHOT::NOT_FOUND")
-	e.call("DELETE", "/v1/snapshots/"+s2.ID, "").wantError(t, 404, "SNAPSHOT::NOT_FOUND")
+	e.call("GET", "/v1/snapshots/"+s2.ID, "").wantError(t, 404, api.CodeSnapshotNotFound)
+	e.call("DELETE", "/v1/snapshots/"+s2.ID, "").wantError(t, 404, api.CodeSnapshotNotFound)
 
-	e.call("POST", "/v1/sandboxes/nope/snapshots", "").wantError(t, 404, "DOCKER::SANDBOX_NOT_FOUND")
-	e.call("POST", "/v1/sandboxes/"+b+"/snapshots", `{"name":""}`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
-	e.call("POST", "/v1/sandboxes/"+b+"/snapshots", `{"name":`).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+	e.call("POST", "/v1/sandboxes/nope/snapshots", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+	e.call("POST", "/v1/sandboxes/"+b+"/snapshots", `{"name":""}`).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	e.call("POST", "/v1/sandboxes/"+b+"/snapshots", `{"name":`).wantError(t, 400, api.CodeSandboxInvalidParameter)
 	if all, _ := rt.ListSnapshots(context.Background()); len(all) != 2 {
 		t.Fatalf("runtime has %d snapshots, want 2", len(all))
 	}
@@ -98,7 +98,7 @@ func TestSnapshotsNotImplemented(t *testing.T) {
 		{"GET", "/v1/snapshots/x"},
 		{"DELETE", "/v1/snapshots/x"},
 	} {
-		e.call(c.method, c.path, "").wantError(t, 501, "SNAPSHOT::NOT_IMPLEMENTED")
+		e.call(c.method, c.path, "").wantError(t, 501, api.CodeSnapshotNotImplemented)
 	}
-	e.call("POST", "/v1/sandboxes", `{"snapshotId":"x","resourceLimits":{}}`).wantError(t, 501, "SNAPSHOT::NOT_IMPLEMENTED")
+	e.call("POST", "/v1/sandboxes", `{"snapshotId":"x","resourceLimits":{}}`).wantError(t, 501, api.CodeSnapshotNotImplemented)
 }

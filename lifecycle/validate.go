@@ -94,7 +94,7 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 			spec.ImageAuth = &sandbox.RegistryAuth{Username: a.Username, Password: a.Password}
 		}
 		if req.Entrypoint == nil && poolRef == "" {
-			return spec, invalid(s.runtimeCode("INVALID_ENTRYPOINT"), "entrypoint is required with image")
+			return spec, invalid(s.codes().invalidEntrypoint, "entrypoint is required with image")
 		}
 	default:
 		spec.SnapshotID = snapshotID
@@ -106,7 +106,7 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	}
 	if spec.Entrypoint != nil {
 		if err := checkEntrypoint(spec.Entrypoint); err != nil {
-			return spec, invalid(s.runtimeCode("INVALID_ENTRYPOINT"), "entrypoint: %v", err)
+			return spec, invalid(s.codes().invalidEntrypoint, "entrypoint: %v", err)
 		}
 	}
 

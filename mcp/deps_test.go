@@ -1,24 +1,21 @@
 package mcp
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/opensandbox/opensandbox/internal/deptest"
 )
 
 // TestDeps keeps the MCP server a client: of this module it may use only
-// the SDK and the wire types, never server code.
+// the SDK and the wire types, never server code. Its tests run the real
+// server in-process, as the SDK's do, and are not held to it; but
+// neither the MCP server nor its tests use the CLI, its sibling.
 func TestDeps(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	const module = "github.com/opensandbox/opensandbox/"
-	for _, dep := range strings.Fields(string(out)) {
-		rest, ours := strings.CutPrefix(dep, module)
-		if !ours || rest == "mcp" || rest == "sdk" || rest == "api" || strings.HasPrefix(rest, "api/") {
-			continue
-		}
-		t.Errorf("mcp imports %s; of this module it may use only sdk and api", dep)
-	}
+	deptest.Checker{AllowModuleOnly: true, Allow: map[string]string{
+		"sdk":     "the client it is built on",
+		"api/...": "the wire types",
+	}}.Check(t)
+	deptest.Checker{Tests: true, Forbid: map[string]string{
+		"cli": "cli and mcp are two clients side by side; cmd/osb wires both",
+	}}.Check(t)
 }

@@ -92,6 +92,8 @@ func (s *Server) explainAPI(e *sdk.APIError, sandboxID string) string {
 			msg = fmt.Sprintf("sandbox %s not found", sandboxID)
 		}
 		hint = "It may have expired or been killed. Call sandbox_list to see the sandboxes that exist, or sandbox_create for a new one."
+	case errors.Is(e, sdk.ErrNotFound) && e.Code == api.CodePoolNotFound:
+		hint = "Call pool_list to see the pools that exist, or create the sandbox from an image instead."
 	case errors.Is(e, sdk.ErrNotFound) && e.Code == api.CodeFileNotFound:
 		hint = "Check the path with file_list or file_search."
 	case errors.Is(e, sdk.ErrNotFound) && e.Code == api.CodeContextNotFound:
@@ -136,9 +138,11 @@ func (s *Server) explainAPI(e *sdk.APIError, sandboxID string) string {
 }
 
 // isSandboxNotFound reports whether an error code says the sandbox itself
-// is missing ("DOCKER::SANDBOX_NOT_FOUND", "SANDBOX::NOT_FOUND").
+// is missing. Only the runtimes' codes say so: another 404, such as a
+// server without the route asked for (api.CodeSandboxRouteNotFound), does
+// not.
 func isSandboxNotFound(code string) bool {
-	return strings.Contains(code, "SANDBOX_NOT_FOUND") || strings.HasPrefix(code, "SANDBOX::")
+	return code == api.CodeDockerSandboxNotFound || code == api.CodeKubernetesSandboxNotFound
 }
 
 // explainNetwork explains a failure to reach the server or a sandbox.

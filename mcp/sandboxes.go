@@ -47,6 +47,7 @@ func sandboxInfo(sb *api.Sandbox) SandboxInfo {
 
 type createInput struct {
 	Image          string            `json:"image,omitempty" jsonschema:"container image to start from, such as python:3.11 or ubuntu:24.04"`
+	Pool           string            `json:"pool,omitempty" jsonschema:"name of a warm pool (see pool_list) to take a ready sandbox from: it runs at once, with the pool's image and resources unless others are given"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables of every process in the sandbox"`
 	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the sandbox again with sandbox_list"`
@@ -104,6 +105,11 @@ type EndpointOutput struct {
 }
 
 func (in createInput) validate() error {
+	if in.Pool != "" {
+		if err := (poolArg{Pool: in.Pool}).validate(); err != nil {
+			return err
+		}
+	}
 	for k := range in.Env {
 		if k == "" || strings.Contains(k, "=") {
 			return argErrorf("env name %q: must be non-empty and without '='", k)
@@ -131,9 +137,9 @@ func (a SandboxArg) validate() error { return requireID(a.SandboxID) }
 func (s *Server) addSandboxTools() {
 	imageDesc := "container image to start from, such as python:3.11 or ubuntu:24.04"
 	if s.cfg.DefaultImage != "" {
-		imageDesc += "; default " + s.cfg.DefaultImage
+		imageDesc += "; default " + s.cfg.DefaultImage + ", or with pool the pool's"
 	} else {
-		imageDesc += "; required, as no default image is configured"
+		imageDesc += "; required unless pool is given (the pool's is the default then), as no default image is configured"
 	}
 	lifetime := s.cfg.DefaultTimeout
 	lifetimeDesc := "lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew; default "
@@ -149,6 +155,7 @@ func (s *Server) addSandboxTools() {
 		Name: "sandbox_create",
 		Description: `Create a sandbox: an isolated Linux container from an image, with its own filesystem, processes and network.
 Returns its sandbox_id, which every other tool takes. It waits until the sandbox runs (usually a second or two; longer the first time an image is used).
+With "pool" (see pool_list) it takes a sandbox started ahead of time, which runs at once.
 Kill it with sandbox_kill when done; it is killed automatically when its timeout passes.
 For code_run, use an image with the code interpreter (such as opensandbox/code-interpreter).`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Create sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -260,20 +267,32 @@ func (s *Server) getInfo(ctx context.Context, id string) (*gomcp.CallToolResult,
 
 func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.CallToolResult, SandboxInfo, error) {
 	opts := sdk.CreateOptions{
-		Image:      cmpOr(in.Image, s.cfg.DefaultImage),
+		Image:      in.Image,
+		Pool:       in.Pool,
 		Env:        in.Env,
 		Metadata:   in.Metadata,
 		Entrypoint: in.Entrypoint,
 		Timeout:    s.cfg.DefaultTimeout,
 	}
-	if opts.Image == "" {
-		return nil, SandboxInfo{}, argErrorf("image is required (no default image is configured): pass one such as \"python:3.11\"")
+	from := "pool " + in.Pool
+	if in.Pool == "" {
+		// A pool's template gives the image; otherwise the default does.
+		opts.Image = cmpOr(in.Image, s.cfg.DefaultImage)
+		if opts.Image == "" {
+			return nil, SandboxInfo{}, argErrorf("image is required (no default image is configured): pass one such as \"python:3.11\", or a pool from pool_list")
+		}
+		from = "image " + opts.Image
 	}
 	if in.TimeoutSeconds > 0 {
 		opts.Timeout = time.Duration(in.TimeoutSeconds) * time.Second
 	}
 	if in.CPU != "" || in.Memory != "" {
-		opts.Resources = maps.Clone(sdk.DefaultResources)
+		// A pooled create leaves out what it does not ask for: the
+		// pool's template gives it.
+		opts.Resources = map[string]string{}
+		if in.Pool == "" {
+			opts.Resources = maps.Clone(sdk.DefaultResources)
+		}
 		if in.CPU != "" {
 			opts.Resources["cpu"] = in.CPU
 		}
@@ -285,9 +304,9 @@ func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.Call
 	var se *sdk.StateError
 	if errors.As(err, &se) {
 		// Create has removed it already.
-		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from image %s did not start (%s) and was removed. Check the image name, or try another image", opts.Image, se)
+		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from %s did not start (%s) and was removed. Check the image name, or try another image", from, se)
 	} else if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from image %s was not ready in %v and was removed (%v). A large image can be slow the first time; try again", opts.Image, sdk.DefaultReadyTimeout, err)
+		return nil, SandboxInfo{}, fmt.Errorf("the sandbox from %s was not ready in %v and was removed (%v). A large image can be slow the first time; try again", from, sdk.DefaultReadyTimeout, err)
 	} else if err != nil {
 		return nil, SandboxInfo{}, err
 	}

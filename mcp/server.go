@@ -85,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 	// The first middleware given is the outermost.
 	s.srv.AddReceivingMiddleware(guard(log), tidyArgErrors)
 	s.addSandboxTools()
+	s.addPoolTools()
 	s.addCommandTools()
 	s.addFileTools()
 	s.addCodeTools()

@@ -85,6 +85,7 @@ func wantToolError(t *testing.T, cs *gomcp.ClientSession, tool string, args map[
 // allTools is every tool the server offers.
 var allTools = []string{
 	"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_kill", "sandbox_renew", "sandbox_pause", "sandbox_resume", "sandbox_endpoint",
+	"pool_list", "pool_get",
 	"command_run", "command_start", "command_logs", "command_stop",
 	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
 	"code_run", "code_context_create", "code_context_list", "code_context_delete",
@@ -162,7 +163,11 @@ func TestInvalidArguments(t *testing.T) {
 		{"sandbox_get", map[string]any{"sandbox_id": "  "}, []string{"sandbox_id is empty", "sandbox_list"}},
 		{"sandbox_get", map[string]any{"sandbox_id": 42}, []string{"sandbox_id"}},
 		{"sandbox_get", map[string]any{"sandbox_id": "x", "bogus": 1}, []string{`unknown arguments ["bogus"]`}},
-		{"sandbox_create", map[string]any{}, []string{"image is required", "python:3.11"}},
+		{"sandbox_create", map[string]any{}, []string{"image is required", "python:3.11", "pool_list"}},
+		{"sandbox_create", map[string]any{"pool": "a/b"}, []string{`pool "a/b" is not a pool name`, "pool_list"}},
+		{"pool_get", map[string]any{}, []string{`missing required arguments: ["pool"]`}},
+		{"pool_get", map[string]any{"pool": " "}, []string{"is not a pool name", "pool_list"}},
+		{"pool_list", map[string]any{"bogus": 1}, []string{`unknown arguments ["bogus"]`}},
 		{"sandbox_create", map[string]any{"image": "x", "timeout_seconds": -5}, []string{"timeout_seconds: minimum: -5 is less than 10"}},
 		{"sandbox_create", map[string]any{"image": "x", "env": map[string]any{"A=B": "c"}}, []string{`env name "A=B"`}},
 		{"sandbox_renew", map[string]any{"sandbox_id": "x"}, []string{"timeout_seconds"}},
@@ -200,9 +205,14 @@ func TestErrorsExplained(t *testing.T) {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.HeaderRequestID, "req-1")
 		w.Header().Set("Content-Type", "application/json")
-		if r.PathValue("id") == "gone-1" {
+		switch r.PathValue("id") {
+		case "gone-1":
 			w.WriteHeader(http.StatusNotFound)
-			w.Write([]byte(`{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox gone-1 not found"}`))
+			w.Write([]byte(`{"code":"` + api.CodeDockerSandboxNotFound + `","message":"sandbox gone-1 not found"}`))
+			return
+		case "gone-2":
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"code":"` + api.CodeKubernetesSandboxNotFound + `","message":"sandbox gone-2 not found"}`))
 			return
 		}
 		json.NewEncoder(w).Encode(api.Sandbox{ID: r.PathValue("id"), Status: api.SandboxStatus{State: sdk.StateRunning}})
@@ -211,6 +221,13 @@ func TestErrorsExplained(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		// An endpoint nobody listens on: the sandbox is unreachable.
 		json.NewEncoder(w).Encode(api.Endpoint{Endpoint: "127.0.0.1:1"})
+	})
+	// A server without the pause route answers as the lifecycle server
+	// answers every path it does not serve.
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"code":"` + api.CodeSandboxRouteNotFound + `","message":"no route for POST ` + r.URL.Path + `"}`))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/renew-expiration", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -222,8 +239,15 @@ func TestErrorsExplained(t *testing.T) {
 	cs := connect(t, newTestServer(t, hs.URL, Config{}))
 
 	text := wantToolError(t, cs, "sandbox_get", map[string]any{"sandbox_id": "gone-1"},
-		"sandbox gone-1 not found", "sandbox_list", "DOCKER::SANDBOX_NOT_FOUND", "req-1")
+		"sandbox gone-1 not found", "sandbox_list", api.CodeDockerSandboxNotFound, "req-1")
 	t.Log(text)
+	wantToolError(t, cs, "sandbox_get", map[string]any{"sandbox_id": "gone-2"},
+		"sandbox gone-2 not found", "sandbox_list", api.CodeKubernetesSandboxNotFound)
+	text = wantToolError(t, cs, "sandbox_pause", map[string]any{"sandbox_id": "sb-1"},
+		"no route for POST /v1/sandboxes/sb-1/pause", "Check the ids and paths given", api.CodeSandboxRouteNotFound)
+	if strings.Contains(text, "sandbox sb-1 not found") || strings.Contains(text, "sandbox_list") {
+		t.Errorf("a route missing on the server is explained as a missing sandbox: %s", text)
+	}
 	wantToolError(t, cs, "command_run", map[string]any{"sandbox_id": "sb-1", "command": "true"},
 		"cannot reach sandbox sb-1", "sandbox_resume")
 	wantToolError(t, cs, "sandbox_renew", map[string]any{"sandbox_id": "sb-1", "timeout_seconds": 60},

@@ -29,6 +29,14 @@ const (
 // local Docker engine, with busybox as the default image.
 func liveServer(t *testing.T) *gomcp.ClientSession {
 	t.Helper()
+	cs, _ := liveServerClient(t)
+	return cs
+}
+
+// liveServerClient is liveServer and an SDK client of the same lifecycle
+// server, to set up what the tools only read.
+func liveServerClient(t *testing.T) (*gomcp.ClientSession, *sdk.Client) {
+	t.Helper()
 	testenv.MustHaveImage(t, busyboxImage)
 	ts := testserver.Start(t, testserver.Options{})
 	c, err := sdk.NewClient(sdk.Config{Domain: ts.Addr, APIKey: ts.APIKey})
@@ -40,7 +48,7 @@ func liveServer(t *testing.T) *gomcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return connect(t, s)
+	return connect(t, s), c
 }
 
 // ok calls a tool that must succeed and decodes its structured output

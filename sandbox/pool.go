@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"time"
 )
@@ -85,7 +86,9 @@ type Pooler interface {
 	Claim(ctx context.Context, pool string, spec Spec) (*Sandbox, error)
 }
 
-func poolInvalid(msg string) error { return Coded(ErrInvalid, "POOL::INVALID_PARAMETER", msg) }
+// poolInvalid is an ErrInvalid saying msg. The wire code is the caller's
+// to choose: this package knows no codes.
+func poolInvalid(msg string) error { return fmt.Errorf("%s: %w", msg, ErrInvalid) }
 
 // Check refuses a pool that cannot work, whatever the runtime: no name,
 // no image, capacity values negative or out of order, or a template with

@@ -92,9 +92,8 @@ type Endpoint struct {
 	Headers map[string]string
 }
 
-// Well-known ports inside every sandbox.
+// Well-known ports inside every sandbox, besides execd's (api.ExecdPort).
 const (
-	PortExecd  = 44772 // execd, the in-sandbox API
 	PortEgress = 18080 // the egress policy API
 	PortApp    = 8080  // the conventional application port
 )

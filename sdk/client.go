@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -127,8 +128,8 @@ var DefaultResources = map[string]string{"cpu": "1", "memory": "2Gi"}
 // DefaultReadyTimeout bounds how long Create waits for a new sandbox.
 const DefaultReadyTimeout = 60 * time.Second
 
-// CreateOptions describes a sandbox to create. Image or SnapshotID is
-// required.
+// CreateOptions describes a sandbox to create. Image, SnapshotID or Pool
+// is required.
 type CreateOptions struct {
 	// Image is the container image, local to the server's engine or
 	// pulled from a registry, with ImageAuth for a private one.
@@ -136,6 +137,14 @@ type CreateOptions struct {
 	ImageAuth *api.ImageAuth
 	// SnapshotID creates the sandbox from a snapshot instead of an image.
 	SnapshotID string
+	// Pool claims a ready sandbox of this warm pool (see Client.Pools):
+	// Image, Entrypoint and Resources then default to the pool's template
+	// instead of DefaultEntrypoint and DefaultResources. A create that
+	// asks for what the pool's sandboxes are not (another image or
+	// resources, volumes, a network policy...) is made cold from the
+	// template, as is one that finds the pool empty. It cannot be
+	// combined with SnapshotID or CredentialProxy.
+	Pool string
 
 	// Entrypoint is the command the sandbox runs, as argv; default
 	// DefaultEntrypoint, which keeps the sandbox alive and does nothing.
@@ -182,16 +191,28 @@ func (o *CreateOptions) request() (*api.CreateSandboxRequest, error) {
 	switch {
 	case o.Image != "" && o.SnapshotID != "":
 		return nil, fmt.Errorf("create sandbox: give an image or a snapshot, not both")
+	case o.Pool != "" && o.SnapshotID != "":
+		return nil, fmt.Errorf("create sandbox: a sandbox from pool %s cannot be made from a snapshot", o.Pool)
+	case o.Pool != "" && o.CredentialProxy:
+		return nil, fmt.Errorf("create sandbox: a sandbox from pool %s cannot have the credential proxy", o.Pool)
 	case o.Image != "":
 		req.Image = &api.ImageSpec{URI: o.Image, Auth: o.ImageAuth}
-	case o.SnapshotID == "":
-		return nil, fmt.Errorf("create sandbox: an image or a snapshot is required")
+	case o.SnapshotID == "" && o.Pool == "":
+		return nil, fmt.Errorf("create sandbox: an image, a snapshot or a pool is required")
 	}
-	if len(req.Entrypoint) == 0 {
-		req.Entrypoint = DefaultEntrypoint
-	}
-	if len(req.ResourceLimits) == 0 {
-		req.ResourceLimits = DefaultResources
+	if o.Pool != "" {
+		req.Extensions = maps.Clone(o.Extensions)
+		if req.Extensions == nil {
+			req.Extensions = map[string]string{}
+		}
+		req.Extensions[ExtensionPoolRef] = o.Pool
+	} else {
+		if len(req.Entrypoint) == 0 {
+			req.Entrypoint = DefaultEntrypoint
+		}
+		if len(req.ResourceLimits) == 0 {
+			req.ResourceLimits = DefaultResources
+		}
 	}
 	switch {
 	case o.Timeout == NoTimeout:

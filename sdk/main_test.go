@@ -10,6 +10,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testserver"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -82,9 +83,14 @@ func newSandbox(t *testing.T, c *sdk.Client, opts sdk.CreateOptions) *sdk.Sandbo
 	if opts.Image == "" && opts.SnapshotID == "" {
 		opts.Image = busyboxImage
 	}
+	if opts.ReadyTimeout == 0 {
+		// The SDK's wait, the longer of its default and what two starts
+		// may take on this machine (see testwait).
+		opts.ReadyTimeout = max(sdk.DefaultReadyTimeout, testwait.TimeoutN(2))
+	}
 	sb, err := c.Create(t.Context(), opts)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("create: %v (a cold container start takes %v here now)\n%s", err, testwait.Pace(), testwait.Containers("label=opensandbox.scope="+server.Scope))
 	}
 	t.Cleanup(func() {
 		ctx, cancel := contextWithTimeout(30 * time.Second)

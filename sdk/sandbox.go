@@ -14,8 +14,8 @@ import (
 
 // Well-known ports inside every sandbox.
 const (
-	PortExecd  = 44772 // execd: commands, files, terminals, metrics
-	PortEgress = 18080 // the egress policy API
+	PortExecd  = api.ExecdPort // execd: commands, files, terminals, metrics
+	PortEgress = 18080         // the egress policy API
 )
 
 // Sandbox is a handle on one sandbox: its lifecycle through the server,

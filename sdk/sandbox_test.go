@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,7 +101,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	pc := newClient(t, func(cfg *sdk.Config) { cfg.UseServerProxy = true })
 	pep, err := pc.Endpoint(ctx, sb.ID, sdk.PortExecd)
-	if err != nil || !strings.Contains(pep.Endpoint, "/sandboxes/"+sb.ID+"/proxy/44772") {
+	if err != nil || !strings.Contains(pep.Endpoint, "/sandboxes/"+sb.ID+"/proxy/"+strconv.Itoa(sdk.PortExecd)) {
 		t.Errorf("proxied endpoint: %+v %v", pep, err)
 	}
 
@@ -118,7 +119,7 @@ func TestLifecycle(t *testing.T) {
 func TestCreateErrors(t *testing.T) {
 	c := newClient(t)
 	ctx := t.Context()
-	if _, err := c.Create(ctx, sdk.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "image or a snapshot is required") {
+	if _, err := c.Create(ctx, sdk.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "an image, a snapshot or a pool is required") {
 		t.Errorf("no image: %v", err)
 	}
 	_, err := c.Create(ctx, sdk.CreateOptions{Image: busyboxImage, Resources: map[string]string{"memory": "lots"}})

@@ -69,7 +69,7 @@ func TestErrorFrom(t *testing.T) {
 		wantMsg  string
 		kind     error
 	}{
-		{"envelope", 404, `{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"sandbox x: not found"}`, "DOCKER::SANDBOX_NOT_FOUND", "sandbox x: not found", ErrNotFound},
+		{"envelope", 404, `{"code":"` + api.CodeDockerSandboxNotFound + `","message":"sandbox x: not found"}`, api.CodeDockerSandboxNotFound, "sandbox x: not found", ErrNotFound},
 		{"execd 401", 401, `{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}`, "", "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN", ErrUnauthorized},
 		{"fastapi", 422, `{"detail":[{"loc":["query","pageSize"],"msg":"must be <= 200"}]}`, "", "query.pageSize: must be <= 200", ErrInvalid},
 		{"plain text", 400, "invalid policy: unsupported action \"block\"\n", "", `invalid policy: unsupported action "block"`, ErrInvalid},

@@ -159,14 +159,14 @@ func runAll(set settings) (rows []row, err error) {
 	var tok [16]byte
 	rand.Read(tok[:])
 	b := &bench{set: set, token: hex.EncodeToString(tok[:]), hc: &http.Client{}}
-	out, err := dockerOut("run", "-d", "--label", label, "-p", "127.0.0.1::44772",
+	out, err := dockerOut("run", "-d", "--label", label, "-p", fmt.Sprintf("127.0.0.1::%d", api.ExecdPort),
 		"-v", bin+":"+execdPath+":ro", "--entrypoint", execdPath, image,
 		"--access-token", b.token, "--", "sleep", "infinity")
 	if err != nil {
 		return nil, err
 	}
 	b.cid = strings.TrimSpace(out)
-	port, err := dockerOut("port", b.cid, "44772/tcp")
+	port, err := dockerOut("port", b.cid, fmt.Sprintf("%d/tcp", api.ExecdPort))
 	if err != nil {
 		return nil, err
 	}

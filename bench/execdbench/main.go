@@ -100,7 +100,7 @@ func runAll(set settings) (rows []row, err error) {
 	rand.Read(tok[:])
 	b := &bench{set: set, token: hex.EncodeToString(tok[:]), tmp: tmp, stderr: os.Stderr,
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}}
-	out, err := dockerOut("run", "-d", "--label", "osb-bench=1", "-p", "127.0.0.1::44772",
+	out, err := dockerOut("run", "-d", "--label", "osb-bench=1", "-p", fmt.Sprintf("127.0.0.1::%d", api.ExecdPort),
 		"--tmpfs", fmt.Sprintf("/scratch:size=%d", 2*set.fileBytes+64<<20),
 		"-v", bin+":"+execdPath+":ro", "--entrypoint", execdPath, set.image,
 		"--access-token", b.token, "--", "sleep", "infinity")
@@ -109,7 +109,7 @@ func runAll(set settings) (rows []row, err error) {
 	}
 	b.cid = strings.TrimSpace(out)
 	defer exec.Command("docker", "rm", "-f", b.cid).Run()
-	port, err := dockerOut("port", b.cid, "44772/tcp")
+	port, err := dockerOut("port", b.cid, fmt.Sprintf("%d/tcp", api.ExecdPort))
 	if err != nil {
 		return nil, err
 	}

@@ -12,8 +12,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 // row is one line of the results table.
@@ -120,17 +121,9 @@ func (b *bench) runAll(ctx context.Context) ([]row, error) {
 // the sandbox.
 func (b *bench) cold(ctx context.Context, srv *server, kind int) (timedRun, error) {
 	start := time.Now()
-	id, state, err := srv.Create(ctx, coldRequest())
-	if err != nil {
+	id, answered, running, err := srv.createToCommand(ctx, coldRequest())
+	if id == "" {
 		return timedRun{}, err
-	}
-	answered := time.Now()
-	if state != "Running" {
-		err = srv.WaitRunning(ctx, id, maxPoll)
-	}
-	running := time.Now()
-	if err == nil {
-		_, err = srv.Run(ctx, id, "true")
 	}
 	end := time.Now()
 	r := b.stepsOf("osb-"+id, start, kind)
@@ -164,37 +157,29 @@ const poolBuffer = 4
 // each once the pool is full again.
 func (b *bench) pooledAll(ctx context.Context) (retErr error) {
 	n := b.set.creates
-	c := lcclient.PoolCapacity{BufferMin: poolBuffer, BufferMax: poolBuffer, PoolMin: poolBuffer, PoolMax: poolBuffer}
-	tmpl := coldRequest()
-	tmpl.Timeout = nil
-	if err := b.srv.CreatePool(ctx, poolName, tmpl, c); err != nil {
+	c := sdk.Capacity{BufferMin: poolBuffer, BufferMax: poolBuffer, PoolMin: poolBuffer, PoolMax: poolBuffer}
+	tmpl := sdk.PoolTemplate{Image: image, Entrypoint: entrypoint, Resources: limits}
+	if err := benchkit.CreatePool(ctx, b.srv.c, poolName, tmpl, c); err != nil {
 		return err
 	}
 	defer func() {
-		retErr = errors.Join(retErr, b.srv.DeletePool(context.WithoutCancel(ctx), poolName))
+		retErr = errors.Join(retErr, benchkit.DeletePool(context.WithoutCancel(ctx), b.srv.c, poolName))
 	}()
 	t := time.Now()
-	if err := b.srv.WaitPool(ctx, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
+	if err := benchkit.WaitPool(ctx, b.srv.c, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
 		return err
 	}
 	fmt.Fprintf(b.progress, "k8sbench: the pool of %d was full after %.1f s\n", poolBuffer, time.Since(t).Seconds())
 	for i := range n {
-		if err := b.srv.WaitPool(ctx, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
+		if err := benchkit.WaitPool(ctx, b.srv.c, poolName, poolBuffer, time.Minute, poolPoll); err != nil {
 			return fmt.Errorf("pooled create %d: %w", i+1, err)
 		}
 		// The replacement's readiness probe and status updates are done.
 		time.Sleep(time.Second)
 		start := time.Now()
-		id, state, err := b.srv.Create(ctx, pooledRequest(poolName))
-		if err != nil {
+		id, answered, _, err := b.srv.createToCommand(ctx, pooledRequest(poolName))
+		if id == "" {
 			return fmt.Errorf("pooled create %d: %w", i+1, err)
-		}
-		answered := time.Now()
-		if state != "Running" {
-			err = b.srv.WaitRunning(ctx, id, maxPoll)
-		}
-		if err == nil {
-			_, err = b.srv.Run(ctx, id, "true")
 		}
 		end := time.Now()
 		if err != nil {
@@ -230,7 +215,7 @@ func (b *bench) stepsOf(pod string, start time.Time, kind int) timedRun {
 // teardown.
 func (b *bench) deleteSandbox(ctx context.Context, srv *server, id string) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := srv.Delete(ctx, id); err != nil {
+	if err := benchkit.Kill(ctx, srv.c, id); err != nil {
 		return err
 	}
 	_, err := b.watch.wait(ctx, "osb-"+id, stepGone, time.Minute)

@@ -2,9 +2,9 @@
 // time from a client's create request until its first command (`true`)
 // has returned, one create at a time, in three ways in the same run:
 //
-//   - cold: opensandbox-server on the Kubernetes runtime, spoken to as the
-//     SDK does (POST /v1/sandboxes, GET until Running, GET the execd
-//     endpoint, POST /command to execd with the sandbox's token);
+//   - cold: opensandbox-server on the Kubernetes runtime, through the SDK
+//     (POST /v1/sandboxes, GET until Running, GET the execd endpoint,
+//     POST /command to execd with the sandbox's token);
 //   - pooled: the same, with "extensions":{"poolRef":...} on a warm pool
 //     sized so that every create finds a ready sandbox;
 //   - baseline: what `kubectl run` + `kubectl exec` do, through
@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
@@ -149,4 +148,4 @@ func run(ctx context.Context, set settings, mode, out, kubeconfig, serverLog str
 }
 
 // errTimeout is a step that did not finish in its time.
-var errTimeout = lcclient.ErrTimeout
+var errTimeout = benchkit.ErrTimeout

@@ -4,22 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 // server is an opensandbox-server on the Kubernetes runtime, started by
-// this harness on a throwaway configuration, and a client for it and for
-// the execd of its sandboxes that speaks HTTP as the SDK does.
+// this harness on a throwaway configuration, and an SDK client for it and
+// for the execd of its sandboxes.
 type server struct {
-	lcclient.Client
+	c    *sdk.Client
 	dir  string // binaries and configuration
-	proc *lcclient.Process
+	proc *benchkit.Process
 
 	stopOnce sync.Once
 }
@@ -35,19 +34,18 @@ func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel str
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	s := &server{dir: dir, Client: lcclient.Client{Key: lcclient.RandomHex(24),
-		HC: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}}}
+	s := &server{dir: dir}
 	defer func() {
 		if retErr != nil {
 			s.stop()
 		}
 	}()
-	if err := lcclient.Build(ctx, dir, "./cmd/opensandbox-server"); err != nil {
+	if err := benchkit.Build(ctx, dir, "./cmd/opensandbox-server"); err != nil {
 		return nil, err
 	}
 	scope, extra := "k8sbench", ""
 	if nodeExecd {
-		if err := lcclient.Build(ctx, dir, "./cmd/execd"); err != nil {
+		if err := benchkit.Build(ctx, dir, "./cmd/execd"); err != nil {
 			return nil, err
 		}
 		if err := os.Chmod(dir, 0o755); err != nil {
@@ -55,11 +53,14 @@ func startServer(ctx context.Context, cl *cluster, logTo io.Writer, logLevel str
 		}
 		scope, extra = "k8sbench-node", fmt.Sprintf("execd_host_dir = %q\n", dir)
 	}
-	addr, err := lcclient.FreeAddr()
+	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	s.Base = "http://" + addr
+	key := benchkit.RandomHex(24)
+	if s.c, err = benchkit.NewClient(addr, key, 16); err != nil {
+		return nil, err
+	}
 	rt := fmt.Sprintf(`[runtime]
 type = "kubernetes"
 [runtime.kubernetes]
@@ -71,7 +72,9 @@ cpu_request = %q
 memory_request = %q
 start_timeout = "2m"
 %s`, cl.kubeconfig, cl.ns, scope, cpuRequest, memoryRequest, extra)
-	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, addr, logLevel, rt, logTo, 60*time.Second); err != nil {
+	s.proc, err = benchkit.StartServer(ctx, benchkit.ServerConfig{Dir: dir, Addr: addr, APIKey: key, LogLevel: logLevel,
+		Runtime: rt, LogTo: logTo, HealthWithin: 60 * time.Second})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -83,6 +86,9 @@ func (s *server) stop() {
 	s.stopOnce.Do(func() {
 		if s.proc != nil {
 			s.proc.Stop()
+		}
+		if s.c != nil {
+			s.c.Close()
 		}
 		os.RemoveAll(s.dir)
 	})
@@ -97,12 +103,30 @@ const maxPoll = 5 * time.Millisecond
 const poolPoll = 100 * time.Millisecond
 
 // coldRequest is a create of a busybox sandbox that sleeps.
-func coldRequest() api.CreateSandboxRequest {
-	return lcclient.CreateRequest(image, entrypoint, limits)
+func coldRequest() sdk.CreateOptions {
+	return benchkit.Sandbox(image, entrypoint, limits)
 }
 
 // pooledRequest is a create from the pool named pool: image and limits
 // come from its template.
-func pooledRequest(pool string) api.CreateSandboxRequest {
-	return lcclient.PooledRequest(pool, entrypoint)
+func pooledRequest(pool string) sdk.CreateOptions {
+	return benchkit.Pooled(pool, entrypoint)
+}
+
+// createToCommand creates a sandbox with opts, waits until it is Running
+// and runs `true` in it, noting when the create was answered and when
+// the sandbox was seen Running. It returns the sandbox's ID even on
+// failure, when there is one.
+func (s *server) createToCommand(ctx context.Context, opts sdk.CreateOptions) (id string, answered, running time.Time, err error) {
+	sb, err := s.c.Create(ctx, opts)
+	if err != nil {
+		return "", time.Time{}, time.Time{}, err
+	}
+	answered = time.Now()
+	err = benchkit.WaitRunning(ctx, s.c, sb.ID, maxPoll)
+	running = time.Now()
+	if err == nil {
+		err = benchkit.RunTrue(ctx, sb)
+	}
+	return sb.ID, answered, running, err
 }

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 // baseCreate names the baseline of every create row.
@@ -32,10 +32,10 @@ func (b *bench) coldCreates(ctx context.Context) ([]row, error) {
 	var ours []time.Duration
 	for range b.set.creates {
 		start := time.Now()
-		id, err := b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, limits), 5*time.Millisecond)
+		id, err := b.srv.createToCommand(ctx, benchkit.Sandbox(image, entrypoint, limits), 5*time.Millisecond)
 		d := time.Since(start)
 		if id != "" {
-			err = errors.Join(err, b.srv.Delete(cleanupCtx(ctx), id))
+			err = errors.Join(err, b.srv.delete(cleanupCtx(ctx), id))
 		}
 		if err != nil {
 			return []row{r}, err
@@ -68,10 +68,8 @@ func (b *bench) createRow(r row, ours []time.Duration) row {
 }
 
 // poolTemplate is the template of the pools: the sandbox of a cold create.
-func poolTemplate() api.CreateSandboxRequest {
-	t := lcclient.CreateRequest(image, entrypoint, limits)
-	t.Timeout = nil
-	return t
+func poolTemplate() sdk.PoolTemplate {
+	return sdk.PoolTemplate{Image: image, Entrypoint: entrypoint, Resources: limits}
 }
 
 // pooledCreates times create to first command of a sandbox taken from a
@@ -93,10 +91,10 @@ func (b *bench) pooledCreates(ctx context.Context) (_ []row, retErr error) {
 			return []row{r}, err
 		}
 		start := time.Now()
-		id, err := b.srv.CreateToCommand(ctx, lcclient.PooledRequest(poolName, nil), 2*time.Millisecond)
+		id, err := b.srv.createToCommand(ctx, benchkit.Pooled(poolName, nil), 2*time.Millisecond)
 		d := time.Since(start)
 		if id != "" {
-			err = errors.Join(err, b.srv.Delete(cleanupCtx(ctx), id))
+			err = errors.Join(err, b.srv.delete(cleanupCtx(ctx), id))
 		}
 		if err != nil {
 			return []row{r}, err
@@ -171,7 +169,7 @@ func (b *bench) concurrentCold(ctx context.Context) ([]row, error) {
 	name := fmt.Sprintf("%d concurrent creates, cold: wall (p99)", n)
 	density := row{Name: fmt.Sprintf("density: idle sandboxes per GiB (%d idle)", n), Unit: "/GiB", BaseName: "docker run -d"}
 	ours := fire(n, func() (string, error) {
-		return b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, limits), 50*time.Millisecond)
+		return b.srv.createToCommand(ctx, benchkit.Sandbox(image, entrypoint, limits), 50*time.Millisecond)
 	})
 	b.warnErrors("cold create", ours.errs)
 	cids, err := b.srv.containersOf(ctx, ours.ok)
@@ -205,7 +203,7 @@ func (b *bench) concurrentPooled(ctx context.Context) (_ []row, retErr error) {
 	}
 	defer func() { retErr = errors.Join(retErr, b.srv.deletePool(cleanupCtx(ctx))) }()
 	ours := fire(n, func() (string, error) {
-		return b.srv.CreateToCommand(ctx, lcclient.PooledRequest(poolName, nil), 10*time.Millisecond)
+		return b.srv.createToCommand(ctx, benchkit.Pooled(poolName, nil), 10*time.Millisecond)
 	})
 	b.warnErrors("pooled create", ours.errs)
 	b.warn(b.srv.deleteAll(cleanupCtx(ctx), ours.ids))

@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
 )
 
@@ -216,9 +215,9 @@ func cleanupCtx(ctx context.Context) context.Context { return context.WithoutCan
 // warmUp runs one create of each kind, untimed, so that the first timed
 // run pays for no cold cache (image layers, the network, the engine's).
 func (b *bench) warmUp(ctx context.Context) ([]row, error) {
-	id, err := b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, limits), 5*time.Millisecond)
+	id, err := b.srv.createToCommand(ctx, benchkit.Sandbox(image, entrypoint, limits), 5*time.Millisecond)
 	if id != "" {
-		b.srv.Delete(cleanupCtx(ctx), id)
+		b.srv.delete(cleanupCtx(ctx), id)
 	}
 	if err != nil {
 		return nil, err

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
@@ -26,7 +26,7 @@ type fakeLifecycle struct {
 	noPool bool // answer 501 on /pools
 
 	mu        sync.Mutex
-	pool      *lcclient.PoolRequest
+	pool      *api.PoolRequest
 	available int
 	allocated int
 	sandboxes map[string]bool
@@ -55,23 +55,33 @@ func newFake(t *testing.T, noPool bool) (*fakeLifecycle, *server) {
 			return
 		}
 		if f.noPool && strings.HasPrefix(r.URL.Path, "/v1/pools") {
-			http.Error(w, `{"code":"POOL::NOT_IMPLEMENTED"}`, http.StatusNotImplemented)
+			http.Error(w, `{"code":"`+api.CodePoolNotImplemented+`"}`, http.StatusNotImplemented)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(lifecycle.Close)
-	return f, &server{Client: lcclient.Client{Base: lifecycle.URL, Key: "key", HC: lifecycle.Client()}}
+	c, err := benchkit.NewClient(strings.TrimPrefix(lifecycle.URL, "http://"), "key", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return f, &server{c: c}
 }
 
 func (f *fakeLifecycle) createPool(w http.ResponseWriter, r *http.Request) {
-	var req lcclient.PoolRequest
+	var req api.PoolRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if req.Template == nil || req.CapacitySpec == nil {
+		f.t.Errorf("pool request %+v", req)
+		http.Error(w, "bad pool", http.StatusBadRequest)
+		return
+	}
 	c := req.CapacitySpec
 	if req.Name != poolName || req.Template.Image == nil || req.Template.Image.URI != image ||
 		c.BufferMin <= 0 || c.BufferMax < c.BufferMin || c.PoolMax < c.BufferMax || req.Template.ResourceLimits["memory"] != "256Mi" {
@@ -85,7 +95,7 @@ func (f *fakeLifecycle) createPool(w http.ResponseWriter, r *http.Request) {
 	}
 	f.pool, f.available, f.allocated = &req, 0, 0
 	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(lcclient.PoolResponse{Name: req.Name})
+	json.NewEncoder(w).Encode(api.Pool{Name: req.Name, CapacitySpec: *c})
 }
 
 func (f *fakeLifecycle) getPool(w http.ResponseWriter, r *http.Request) {
@@ -98,8 +108,8 @@ func (f *fakeLifecycle) getPool(w http.ResponseWriter, r *http.Request) {
 	if f.available < f.pool.CapacitySpec.BufferMin {
 		f.available++
 	}
-	json.NewEncoder(w).Encode(lcclient.PoolResponse{Name: poolName,
-		Status: &lcclient.PoolStatus{Total: f.available + f.allocated, Allocated: f.allocated, Available: f.available}})
+	json.NewEncoder(w).Encode(api.Pool{Name: poolName, CapacitySpec: *f.pool.CapacitySpec,
+		Status: &api.PoolStatus{Total: f.available + f.allocated, Allocated: f.allocated, Available: f.available}})
 }
 
 func (f *fakeLifecycle) deletePool(w http.ResponseWriter, r *http.Request) {

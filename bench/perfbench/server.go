@@ -5,14 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
+	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 // scopePrefix starts the label scope of every server this harness runs,
@@ -20,13 +20,13 @@ import (
 const scopePrefix = "perfbench-"
 
 // server is an opensandbox-server started by this harness on a
-// throwaway configuration, and a client for it and for the execd of its
+// throwaway configuration, and an SDK client for it and the execd of its
 // sandboxes.
 type server struct {
-	lcclient.Client
+	c     *sdk.Client
 	dir   string // binaries, configuration, data
 	scope string
-	proc  *lcclient.Process
+	proc  *benchkit.Process
 
 	stopOnce sync.Once
 }
@@ -39,30 +39,32 @@ func startServer(ctx context.Context, logTo io.Writer, logLevel string) (_ *serv
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	s := &server{dir: dir, scope: scopePrefix + lcclient.RandomHex(4), Client: lcclient.Client{Key: lcclient.RandomHex(24),
-		// The timeout only keeps a wedged engine from hanging the run; the
-		// longest request, an upload, takes seconds.
-		HC: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256}}}}
+	s := &server{dir: dir, scope: scopePrefix + benchkit.RandomHex(4)}
 	defer func() {
 		if retErr != nil {
 			s.stop()
 		}
 	}()
-	if err := lcclient.Build(ctx, dir, "./cmd/execd", "./cmd/opensandbox-server"); err != nil {
+	if err := benchkit.Build(ctx, dir, "./cmd/execd", "./cmd/opensandbox-server"); err != nil {
 		return nil, err
 	}
-	addr, err := lcclient.FreeAddr()
+	addr, err := benchkit.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	s.Base = "http://" + addr
+	key := benchkit.RandomHex(24)
+	if s.c, err = benchkit.NewClient(addr, key, 256); err != nil {
+		return nil, err
+	}
 	rt := fmt.Sprintf(`[runtime]
 type = "docker"
 [runtime.docker]
 data_dir = %q
 label_scope = %q
 `, filepath.Join(dir, "data"), s.scope)
-	if s.proc, err = lcclient.Start(ctx, &s.Client, dir, addr, logLevel, rt, logTo, 30*time.Second); err != nil {
+	s.proc, err = benchkit.StartServer(ctx, benchkit.ServerConfig{Dir: dir, Addr: addr, APIKey: key, LogLevel: logLevel,
+		Runtime: rt, LogTo: logTo, HealthWithin: 30 * time.Second})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -75,9 +77,28 @@ func (s *server) stop() {
 		if s.proc != nil {
 			s.proc.Stop()
 		}
+		if s.c != nil {
+			s.c.Close()
+		}
 		removeLabelled("opensandbox.scope=" + s.scope)
 		os.RemoveAll(s.dir)
 	})
+}
+
+// createToCommand creates a sandbox with opts and runs its first command
+// (see benchkit.CreateToCommand). It returns the sandbox's ID even on
+// failure, when there is one, so that the caller can delete it.
+func (s *server) createToCommand(ctx context.Context, opts sdk.CreateOptions, maxPoll time.Duration) (string, error) {
+	sb, err := benchkit.CreateToCommand(ctx, s.c, opts, maxPoll)
+	if sb == nil {
+		return "", err
+	}
+	return sb.ID, err
+}
+
+// delete deletes a sandbox; one already gone is not an error.
+func (s *server) delete(ctx context.Context, id string) error {
+	return benchkit.Kill(ctx, s.c, id)
 }
 
 // deleteAll deletes the sandboxes, a few at a time.
@@ -88,7 +109,7 @@ func (s *server) deleteAll(ctx context.Context, ids []string) error {
 		if ids[i] == "" {
 			return
 		}
-		if err := s.Delete(ctx, ids[i]); err != nil {
+		if err := s.delete(ctx, ids[i]); err != nil {
 			mu.Lock()
 			first = cmp.Or(first, err)
 			mu.Unlock()

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
-	"net/http"
-	"net/textproto"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +13,8 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 // throughputLimits are the limits of the sandbox of the throughput rows:
@@ -37,22 +32,18 @@ func (b *bench) throughput(ctx context.Context) (_ []row, retErr error) {
 		{Name: fmt.Sprintf("upload %d MiB to /tmp, median of %d", mb(b.set.fileBytes), b.set.fileRuns), Unit: "MB/s", BaseName: "docker cp in"},
 		{Name: fmt.Sprintf("download %d MiB from /tmp, median of %d", mb(b.set.fileBytes), b.set.fileRuns), Unit: "MB/s", BaseName: "docker cp out"},
 	}
-	id, err := b.srv.CreateToCommand(ctx, lcclient.CreateRequest(image, entrypoint, throughputLimits), 5*time.Millisecond)
-	if id != "" {
-		defer func() { retErr = errors.Join(retErr, b.srv.Delete(cleanupCtx(ctx), id)) }()
+	sb, err := benchkit.CreateToCommand(ctx, b.srv.c, benchkit.Sandbox(image, entrypoint, throughputLimits), 5*time.Millisecond)
+	if sb != nil {
+		defer func() { retErr = errors.Join(retErr, b.srv.delete(cleanupCtx(ctx), sb.ID)) }()
 	}
 	if err != nil {
 		return rows, err
 	}
-	e, err := b.srv.Execd(ctx, id)
+	cids, err := b.srv.containersOf(ctx, []string{sb.ID})
 	if err != nil {
 		return rows, err
 	}
-	cids, err := b.srv.containersOf(ctx, []string{id})
-	if err != nil {
-		return rows, err
-	}
-	t := &transfer{b: b, e: e, cid: cids[0]}
+	t := &transfer{b: b, sb: sb, cid: cids[0]}
 	for i, measure := range []func(context.Context, *row) error{t.roundTrip, t.stream, t.upload, t.download} {
 		if err := measure(ctx, &rows[i]); err != nil {
 			return rows, err
@@ -64,21 +55,21 @@ func (b *bench) throughput(ctx context.Context) (_ []row, retErr error) {
 // transfer measures one sandbox.
 type transfer struct {
 	b   *bench
-	e   *lcclient.Execd
+	sb  *sdk.Sandbox
 	cid string // the sandbox's container
 }
 
 // roundTrip times `true` through execd and through `docker exec`.
 func (t *transfer) roundTrip(ctx context.Context, r *row) error {
 	for range 20 { // warm the connection and the caches
-		if _, err := t.e.Command(ctx, "true"); err != nil {
+		if err := benchkit.RunTrue(ctx, t.sb); err != nil {
 			return err
 		}
 	}
 	var ours, theirs []time.Duration
 	for range t.b.set.roundTrips {
 		start := time.Now()
-		if _, err := t.e.Command(ctx, "true"); err != nil {
+		if err := benchkit.RunTrue(ctx, t.sb); err != nil {
 			return err
 		}
 		ours = append(ours, time.Since(start))
@@ -103,12 +94,17 @@ func (t *transfer) stream(ctx context.Context, r *row) error {
 	const lineLen = 1000
 	lines := t.b.set.streamBytes / lineLen
 	cmd := fmt.Sprintf("yes %s | head -n %d", strings.Repeat("x", lineLen-1), lines)
+	var got countingWriter
 	start := time.Now()
-	n, err := t.e.Command(ctx, cmd)
+	res, err := t.sb.Run(ctx, cmd, &sdk.RunOptions{Stdout: &got})
 	ours := time.Since(start)
+	if err == nil && !res.OK() {
+		err = fmt.Errorf("stream: %s exited %d", cmd, res.ExitCode)
+	}
 	if err != nil {
 		return err
 	}
+	n := got.n
 	if n != lines*lineLen {
 		return fmt.Errorf("stream: %d bytes through execd, want %d", n, lines*lineLen)
 	}
@@ -134,8 +130,8 @@ type countingWriter struct{ n int64 }
 
 func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
-// upload sends fileBytes to /tmp through execd (multipart, as the SDK
-// does) and with `docker cp`, fileRuns times each.
+// upload sends fileBytes to /tmp through the SDK's upload (one multipart
+// body, streamed) and with `docker cp`, fileRuns times each.
 func (t *transfer) upload(ctx context.Context, r *row) error {
 	local := filepath.Join(t.b.srv.dir, "upload.bin")
 	f, err := os.Create(local)
@@ -167,39 +163,11 @@ func (t *transfer) upload(ctx context.Context, r *row) error {
 	return nil
 }
 
-// uploadOnce sends the file as one multipart body of known length, its
-// bytes streamed.
+// uploadOnce streams the file's bytes into path.
 func (t *transfer) uploadOnce(ctx context.Context, path string) (time.Duration, error) {
-	var head bytes.Buffer
-	mw := multipart.NewWriter(&head)
-	meta, err := mw.CreatePart(textproto.MIMEHeader{
-		"Content-Disposition": {`form-data; name="metadata"; filename="metadata"`},
-		"Content-Type":        {"application/json"},
-	})
-	if err != nil {
-		return 0, err
-	}
-	fmt.Fprintf(meta, `{"path":%q,"mode":644}`, path)
-	if _, err := mw.CreateFormFile("file", filepath.Base(path)); err != nil {
-		return 0, err
-	}
-	tail := "\r\n--" + mw.Boundary() + "--\r\n"
-	size := t.b.set.fileBytes
-	req, err := t.e.Request(ctx, "POST", "/files/upload", io.MultiReader(&head, newPattern(size), strings.NewReader(tail)))
-	if err != nil {
-		return 0, err
-	}
-	req.ContentLength = int64(head.Len()) + size + int64(len(tail))
-	req.Header.Set("Content-Type", mw.FormDataContentType())
 	start := time.Now()
-	resp, err := t.e.HC.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("upload: %w", err)
-	}
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("upload: %d %s", resp.StatusCode, bytes.TrimSpace(data))
+	if err := t.sb.Upload(ctx, sdk.UploadFile{Path: path, Content: newPattern(t.b.set.fileBytes), Mode: 0o644}); err != nil {
+		return 0, err
 	}
 	return time.Since(start), nil
 }
@@ -231,27 +199,23 @@ func (t *transfer) download(ctx context.Context, r *row) error {
 
 // downloadOnce reads path from the sandbox into the file local.
 func (t *transfer) downloadOnce(ctx context.Context, path, local string) (time.Duration, error) {
-	req, err := t.e.Request(ctx, "GET", "/files/download?path="+url.QueryEscape(path), nil)
-	if err != nil {
-		return 0, err
-	}
 	start := time.Now()
 	f, err := os.Create(local)
 	if err != nil {
 		return 0, fmt.Errorf("download: %w", err)
 	}
 	defer f.Close()
-	resp, err := t.e.HC.Do(req)
+	rd, err := t.sb.Download(ctx, path)
 	if err != nil {
-		return 0, fmt.Errorf("download: %w", err)
+		return 0, err
 	}
-	defer resp.Body.Close()
-	n, err := io.CopyBuffer(f, resp.Body, make([]byte, 1<<20))
+	defer rd.Close()
+	n, err := io.CopyBuffer(f, rd, make([]byte, 1<<20))
 	if err == nil {
 		err = f.Close()
 	}
-	if err != nil || resp.StatusCode != http.StatusOK || n != t.b.set.fileBytes {
-		return 0, fmt.Errorf("download: status %d, %d bytes, %v", resp.StatusCode, n, err)
+	if err != nil || n != t.b.set.fileBytes {
+		return 0, fmt.Errorf("download: %d bytes of %d, %v", n, t.b.set.fileBytes, err)
 	}
 	return time.Since(start), nil
 }

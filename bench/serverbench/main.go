@@ -1,23 +1,29 @@
 // Command serverbench measures opensandbox-server on the local Docker
 // engine against the engine alone, in one run, and prints a table:
 //
-//   - create-to-first-command: POST /v1/sandboxes, wait for Running, get
-//     the execd endpoint, run `true`; baseline `docker run -d` then the
-//     first `docker exec true`, on the same image;
+//   - create-to-first-command: a create through the SDK, wait for
+//     Running, run `true` through execd; baseline `docker run -d` then
+//     the first `docker exec`, on the same image;
 //
-//   - listing 500 sandboxes (GET /v1/sandboxes?pageSize=200);
+//   - listing the fleet (500 sandboxes in full mode, 30 in quick):
+//     GET /v1/sandboxes?pageSize=200, plain and filtered;
 //
-//   - the server's RSS with those 500 sandboxes.
+//   - the server's memory, at start and with the fleet: VmRSS and
+//     RssAnon of its process (/proc/PID/status) and the Go heap in use
+//     (go_memstats_heap_inuse_bytes of its /metrics), each read 2 s after
+//     the server's last request, with no garbage collection forced.
 //
-//     go run ./bench/serverbench [-mode full|quick] [-out bench/results]
+// It talks to the server through the SDK, as a client would.
+//
+//	go run ./bench/serverbench [-mode full|quick] [-out bench/results]
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,8 +36,8 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/bench/internal/benchkit"
-	"github.com/opensandbox/opensandbox/bench/internal/lcclient"
 	"github.com/opensandbox/opensandbox/bench/internal/report"
+	"github.com/opensandbox/opensandbox/sdk"
 )
 
 type settings struct {
@@ -47,6 +53,9 @@ var modes = map[string]settings{
 	"quick": {image: "opensandbox/python:3.11", creates: 10, baselines: 5, fleet: 30, lists: 50},
 }
 
+// settle is how long the server is left alone before its memory is read.
+const settle = 2 * time.Second
+
 // row is one line of the results table.
 type row = report.Row
 
@@ -55,15 +64,22 @@ func main() {
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
 	flag.Parse()
 	set := benchkit.Mode("serverbench", *mode, modes)
-	b, err := startServer(set)
+	ctx := benchkit.Interruptible()
+	start := time.Now()
+	b, err := startServer(ctx, set)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serverbench:", err)
 		os.Exit(1)
 	}
-	rows, err := b.runAll()
+	rows, err := b.runAll(ctx)
 	b.stop()
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "serverbench: interrupted; the containers were removed")
+		os.Exit(130)
+	}
 	rep := report.Report{Benchmark: "server", Subject: "server", Mode: *mode, RatioNote: "server time / baseline time (below 1.0 is faster than the baseline)", RatioFormat: "%.2f", Rows: rows}
 	rep.Print(os.Stdout)
+	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
 	if err == nil {
 		err = rep.Write(*out)
 	}
@@ -73,70 +89,56 @@ func main() {
 	}
 }
 
-// bench is the server this harness started and a client for it.
+// bench is the server this harness started and an SDK client for it.
 type bench struct {
-	lcclient.Client
+	c     *sdk.Client
 	set   settings
 	dir   string
+	addr  string
+	key   string
 	scope string
-	cmd   *exec.Cmd
+	proc  *benchkit.Process
 }
 
-func startServer(set settings) (*bench, error) {
+func startServer(ctx context.Context, set settings) (_ *bench, retErr error) {
 	dir, err := os.MkdirTemp("", "serverbench-")
 	if err != nil {
 		return nil, err
 	}
-	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	b := &bench{set: set, dir: dir, scope: "bench-" + benchkit.RandomHex(4), key: benchkit.RandomHex(24)}
+	defer func() {
+		if retErr != nil {
+			b.stop()
+		}
+	}()
+	if err := benchkit.Build(ctx, dir, "./cmd/execd", "./cmd/opensandbox-server"); err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	b := &bench{set: set, dir: dir, scope: "bench-" + lcclient.RandomHex(4), Client: lcclient.Client{
-		Key: lcclient.RandomHex(24), Base: "http://" + addr,
-		HC: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}}
-	cfg := fmt.Sprintf(`version = 1
-[server]
-listen = %q
-api_key = %q
-log_level = "warn"
-[runtime]
+	if b.addr, err = benchkit.FreeAddr(); err != nil {
+		return nil, err
+	}
+	if b.c, err = benchkit.NewClient(b.addr, b.key, 64); err != nil {
+		return nil, err
+	}
+	rt := fmt.Sprintf(`[runtime]
 type = "docker"
 [runtime.docker]
 data_dir = %q
 label_scope = %q
 default_memory = "256Mi"
-`, addr, b.Key, filepath.Join(dir, "data"), b.scope)
-	os.WriteFile(filepath.Join(dir, "sandbox.toml"), []byte(cfg), 0o600)
-	b.cmd = exec.Command(filepath.Join(dir, "opensandbox-server"), "--config", filepath.Join(dir, "sandbox.toml"))
-	b.cmd.Stderr = os.Stderr
-	if err := b.cmd.Start(); err != nil {
-		return nil, err
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(b.Base + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b.stop()
-			return nil, fmt.Errorf("server did not start")
-		}
-	}
-	return b, nil
+`, filepath.Join(dir, "data"), b.scope)
+	b.proc, err = benchkit.StartServer(ctx, benchkit.ServerConfig{Dir: dir, Addr: b.addr, APIKey: b.key, LogLevel: "warn",
+		Runtime: rt, LogTo: os.Stderr, HealthWithin: 30 * time.Second})
+	return b, err
 }
 
 // stop stops the server and removes everything of its scope.
 func (b *bench) stop() {
-	if b.cmd != nil && b.cmd.Process != nil {
-		b.cmd.Process.Signal(os.Interrupt)
-		b.cmd.Wait()
+	if b.proc != nil {
+		b.proc.Stop()
+	}
+	if b.c != nil {
+		b.c.Close()
 	}
 	// Eight at a time: the docker CLI removes the IDs it is given in
 	// parallel, and Debian's dockerd 20.10 has been seen to deadlock in
@@ -148,41 +150,10 @@ func (b *bench) stop() {
 	os.RemoveAll(b.dir)
 }
 
-func (b *bench) create(entrypoint ...string) (string, error) {
-	code, data, err := b.Do(context.Background(), "POST", "/v1/sandboxes", api.CreateSandboxRequest{
-		Image: &api.ImageSpec{URI: b.set.image}, Entrypoint: entrypoint,
-		ResourceLimits: map[string]string{"cpu": "1", "memory": "256Mi"},
-	})
-	if err != nil || code != 202 {
-		return "", fmt.Errorf("create: %d %s %v", code, data, err)
-	}
-	var resp api.CreateSandboxResponse
-	json.Unmarshal(data, &resp)
-	return resp.ID, nil
-}
-
-func (b *bench) waitRunning(id string) error {
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		_, data, err := b.Do(context.Background(), "GET", "/v1/sandboxes/"+id, nil)
-		if err != nil {
-			return err
-		}
-		var sb api.Sandbox
-		json.Unmarshal(data, &sb)
-		switch sb.Status.State {
-		case "Running":
-			return nil
-		case "Failed":
-			return fmt.Errorf("sandbox %s failed: %s", id, sb.Status.Message)
-		}
-	}
-	return fmt.Errorf("sandbox %s did not start", id)
-}
-
-// firstCommand runs `true` through the sandbox's execd endpoint.
-func (b *bench) firstCommand(id string) error {
-	_, err := b.Run(context.Background(), id, "true")
-	return err
+// sandbox is every sandbox of the run: the image of the settings,
+// sleeping.
+func (b *bench) sandbox() sdk.CreateOptions {
+	return benchkit.Sandbox(b.set.image, []string{"sleep", "infinity"}, map[string]string{"cpu": "1", "memory": "256Mi"})
 }
 
 // docker runs the docker CLI (see benchkit.Docker).
@@ -190,11 +161,12 @@ func docker(args ...string) (string, error) {
 	return benchkit.Docker(context.Background(), 2*time.Minute, args...)
 }
 
-func (b *bench) createToFirstCommand() (row, error) {
+func (b *bench) createToFirstCommand(ctx context.Context) (row, error) {
 	warm := func() { // first runs of each warm caches; not counted
-		if id, err := b.create("sleep", "infinity"); err == nil {
-			b.waitRunning(id)
-			b.Do(context.Background(), "DELETE", "/v1/sandboxes/"+id, nil)
+		if sb, err := benchkit.CreateToCommand(ctx, b.c, b.sandbox(), 2*time.Millisecond); sb != nil {
+			benchkit.Kill(context.WithoutCancel(ctx), b.c, sb.ID)
+		} else if err != nil {
+			fmt.Fprintln(os.Stderr, "serverbench: warm-up create:", err)
 		}
 		if id, err := docker("run", "-d", "--label", "opensandbox.scope="+b.scope, b.set.image, "sleep", "infinity"); err == nil {
 			docker("exec", id, "true")
@@ -205,18 +177,15 @@ func (b *bench) createToFirstCommand() (row, error) {
 	var ours, theirs []time.Duration
 	for range b.set.creates {
 		start := time.Now()
-		id, err := b.create("sleep", "infinity")
-		if err == nil {
-			err = b.waitRunning(id)
-		}
-		if err == nil {
-			err = b.firstCommand(id)
+		sb, err := benchkit.CreateToCommand(ctx, b.c, b.sandbox(), 2*time.Millisecond)
+		d := time.Since(start)
+		if sb != nil {
+			err = errors.Join(err, benchkit.Kill(context.WithoutCancel(ctx), b.c, sb.ID))
 		}
 		if err != nil {
 			return row{}, err
 		}
-		ours = append(ours, time.Since(start))
-		b.Do(context.Background(), "DELETE", "/v1/sandboxes/"+id, nil)
+		ours = append(ours, d)
 	}
 	for range b.set.baselines {
 		start := time.Now()
@@ -240,11 +209,10 @@ func (b *bench) createToFirstCommand() (row, error) {
 }
 
 // fleetRows creates the fleet, times listing it, and reads the server's
-// memory.
-func (b *bench) fleetRows() ([]row, error) {
+// memory: the rows of the lists and the creates, then those of memory.
+func (b *bench) fleetRows(ctx context.Context) (_, mem []row, _ error) {
 	n := b.set.fleet
 	start := time.Now()
-	ids := make(chan string, n)
 	errs := make(chan error, n)
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -254,80 +222,151 @@ func (b *bench) fleetRows() ([]row, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			id, err := b.create("sleep", "infinity")
+			sb, err := b.c.Create(ctx, b.sandbox())
 			if err == nil {
-				err = b.waitRunning(id)
+				err = benchkit.WaitRunning(ctx, b.c, sb.ID, 20*time.Millisecond)
 			}
 			if err != nil {
 				errs <- err
-				return
 			}
-			ids <- id
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return nil, err
+		return nil, nil, err
 	}
 	fleetTime := time.Since(start)
 
 	var lat []time.Duration
 	for range b.set.lists {
 		t := time.Now()
-		code, data, err := b.Do(context.Background(), "GET", "/v1/sandboxes?pageSize=200", nil)
-		if err != nil || code != 200 {
-			return nil, fmt.Errorf("list: %d %v", code, err)
+		list, err := b.c.List(ctx, sdk.ListOptions{PageSize: 200})
+		if err != nil {
+			return nil, nil, err
 		}
 		lat = append(lat, time.Since(t))
-		var list api.ListSandboxesResponse
-		json.Unmarshal(data, &list)
 		if list.Pagination.TotalItems != n {
-			return nil, fmt.Errorf("list reports %d sandboxes, want %d", list.Pagination.TotalItems, n)
+			return nil, nil, fmt.Errorf("list reports %d sandboxes, want %d", list.Pagination.TotalItems, n)
 		}
 	}
 	var filtered []time.Duration
 	for range b.set.lists {
 		t := time.Now()
-		if code, _, err := b.Do(context.Background(), "GET", "/v1/sandboxes?state=Running&metadata=team%3Dnone&pageSize=200", nil); err != nil || code != 200 {
-			return nil, fmt.Errorf("filtered list: %d %v", code, err)
+		if _, err := b.c.List(ctx, sdk.ListOptions{States: []string{sdk.StateRunning}, Metadata: map[string]string{"team": "none"}, PageSize: 200}); err != nil {
+			return nil, nil, fmt.Errorf("filtered list: %w", err)
 		}
 		filtered = append(filtered, time.Since(t))
 	}
-	time.Sleep(2 * time.Second)
-	rss, err := readRSS(b.cmd.Process.Pid)
+	mem, err := b.memory(ctx, fmt.Sprintf("with %d sandboxes", n), "the last list")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return []row{
 		{Name: fmt.Sprintf("list %d sandboxes (pageSize=200), p50 (p99)", n), Unit: "ms", Value: report.Percentile(lat, 0.5), P99: report.Percentile(lat, 0.99), Target: "< 20 ms"},
 		{Name: fmt.Sprintf("list %d sandboxes, filtered, p50 (p99)", n), Unit: "ms", Value: report.Percentile(filtered, 0.5), P99: report.Percentile(filtered, 0.99)},
-		{Name: fmt.Sprintf("server RSS with %d sandboxes", n), Unit: "MB", Value: rss},
 		{Name: fmt.Sprintf("%d creates, 16 at a time, until all Running", n), Unit: "s", Value: fleetTime.Seconds()},
+	}, mem, nil
+}
+
+// memory waits settle, then reads the server's memory: three rows named
+// when, the last request before being after.
+func (b *bench) memory(ctx context.Context, when, after string) ([]row, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(settle):
+	}
+	status, err := procStatus(b.proc.PID(), "VmRSS", "RssAnon")
+	if err != nil {
+		return nil, err
+	}
+	// Scraped after /proc was read, as the scrape itself allocates.
+	heap, err := b.heapInUse(ctx)
+	if err != nil {
+		return nil, err
+	}
+	read := fmt.Sprintf("read %v after %s, no GC forced", settle, after)
+	return []row{
+		{Name: "server VmRSS " + when, Unit: "MiB", Value: status["VmRSS"] / 1024,
+			Note: "/proc/PID/status VmRSS: every resident page of the process, its binary's file pages included; " + read},
+		{Name: "server RssAnon " + when, Unit: "MiB", Value: status["RssAnon"] / 1024,
+			Note: "/proc/PID/status RssAnon: resident anonymous memory (Go heap, stacks, runtime), what the process itself costs; " + read},
+		{Name: "server Go heap in use " + when, Unit: "MiB", Value: heap / (1 << 20),
+			Note: "go_memstats_heap_inuse_bytes of the server's /metrics: heap spans in use, live objects and garbage not yet collected; " + read},
 	}, nil
 }
 
-func readRSS(pid int) (float64, error) {
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+// procStatus reads fields (in kB) of /proc/PID/status.
+func procStatus(pid int, fields ...string) (map[string]float64, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/status"
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || !slices.Contains(fields, name) {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
+		}
+		out[name] = kb
+	}
+	for _, name := range fields {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("%s has no %s", path, name)
+		}
+	}
+	return out, sc.Err()
+}
+
+// heapInUse scrapes the server's /metrics for the Go heap in use, in
+// bytes.
+func (b *bench) heapInUse(ctx context.Context) (float64, error) {
+	const series = "go_memstats_heap_inuse_bytes"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1000, err
+	req.Header.Set(api.HeaderAPIKey, b.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("scrape /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS")
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("scrape /metrics: %w", err)
+	}
+	return 0, fmt.Errorf("/metrics has no %s", series)
 }
 
-func (b *bench) runAll() ([]row, error) {
-	r, err := b.createToFirstCommand()
+func (b *bench) runAll(ctx context.Context) ([]row, error) {
+	idle, err := b.memory(ctx, "at start", "its /health answered")
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.createToFirstCommand(ctx)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "  %s: %.1f ms\n", r.Name, r.Value)
-	rows := []row{r}
-	fleet, err := b.fleetRows()
-	return append(rows, fleet...), err
+	fleet, mem, err := b.fleetRows(ctx)
+	rows := append([]row{r}, fleet...)
+	rows = append(rows, idle...)
+	return append(rows, mem...), err
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
 )
@@ -99,7 +100,10 @@ func New(opts Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{Scope: "t-" + randomHex(6), APIKey: randomHex(24), dataDir: dataDir, done: make(chan struct{})}
-	cfg := docker.Config{DataDir: dataDir, ExecdPath: execd, LabelScope: s.Scope, StartTimeout: 30 * time.Second}
+	cfg := docker.Config{DataDir: dataDir, ExecdPath: execd, LabelScope: s.Scope,
+		// Twice what a test waits for a start on this machine, so that the
+		// test's wait, which says what the sandbox was doing, runs out first.
+		StartTimeout: max(30*time.Second, testwait.TimeoutN(2))}
 	if opts.Docker != nil {
 		opts.Docker(&cfg)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -227,6 +228,10 @@ const (
 	labelVolumeOwner = "opensandbox.volume-owner"
 	// labelSnapshotOf marks a snapshot image.
 	labelSnapshotOf = "opensandbox.snapshot-of"
+	// labelHeld is "true" on a container whose execd starts without the
+	// entrypoint, which the server hands over through execd's /claim
+	// once the disk watcher has the container (held.go); "" otherwise.
+	labelHeld = "opensandbox.entrypoint-held"
 	// labelSubPathVolumes lists, comma-separated, the named volumes a
 	// sandbox mounts writable at a sub path: the engine sees those as
 	// binds of their pins, and the disk watcher counts them from here.
@@ -255,6 +260,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		labelSecure:   strconv.FormatBool(spec.SecureAccess),
 		labelPlatform: "",
 		labelStorage:  "",
+		labelHeld:     "",
 	}
 	for key, v := range map[string]any{labelEntrypoint: spec.Entrypoint, labelMetadata: spec.Metadata, labelExtensions: spec.Extensions} {
 		b, _ := json.Marshal(v)
@@ -279,12 +285,19 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		}
 	}
 	env = append(env, envExecdToken+"="+token)
+	limit := storageLimit(cfg, spec.Resources)
 	cmd := append([]string{"--"}, spec.Entrypoint...)
-	if pool != "" {
+	switch {
+	case pool != "":
 		// Started without its entrypoint, which a claim brings.
 		cmd = []string{"--claimable", "--"}
+	case heldEntrypoint(cfg, limit, spec.Entrypoint):
+		// Started without its entrypoint, which the server hands over
+		// once the disk watcher measures the container (held.go).
+		cmd = []string{"--claimable", "--"}
+		labels[labelHeld] = "true"
 	}
-	execdPort, appPort := nat.Port("44772/tcp"), nat.Port("8080/tcp")
+	execdPort, appPort := nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort)), nat.Port("8080/tcp")
 	exposed := nat.PortSet{execdPort: {}}
 	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
 	if !spec.SecureAccess {
@@ -329,7 +342,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	ociRuntime := cfg.Runtime
 	if r, ok := spec.Extensions[extRuntime]; ok {
 		if !slices.Contains(cfg.AllowedRuntimes, r) {
-			return nil, nil, nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			return nil, nil, nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 				fmt.Sprintf("extension %s: runtime %q is not allowed (allowed: %v)", extRuntime, r, cfg.AllowedRuntimes))
 		}
 		ociRuntime = r
@@ -348,7 +361,7 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		Runtime:      ociRuntime,
 		DNS:          slices.Clone(cfg.DNS),
 	}
-	if limit := storageLimit(cfg, spec.Resources); limit > 0 {
+	if limit > 0 {
 		labels[labelStorage] = strconv.FormatInt(limit, 10)
 		if err := applyStorage(cfg, hc, limit, ociRuntime); err != nil {
 			return nil, nil, nil, err
@@ -374,7 +387,7 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 		mem, _ = sandbox.ParseMemory(cfg.DefaultMemory)
 	}
 	if mem > 0 && mem < minMemory {
-		return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("memory %d bytes: Docker needs at least 6Mi", mem))
+		return res, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, fmt.Sprintf("memory %d bytes: Docker needs at least 6Mi", mem))
 	}
 	if mem > 0 {
 		res.Memory = mem
@@ -394,7 +407,7 @@ func resources(cfg *Config, r sandbox.Resources) (container.Resources, error) {
 	default:
 		n, err := strconv.Atoi(r.GPUs)
 		if err != nil || n < 1 {
-			return res, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("gpu %q: want a count or \"all\"", r.GPUs))
+			return res, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, fmt.Sprintf("gpu %q: want a count or \"all\"", r.GPUs))
 		}
 		res.DeviceRequests = []container.DeviceRequest{{Count: n, Capabilities: [][]string{{"gpu"}}}}
 	}

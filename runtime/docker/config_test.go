@@ -17,6 +17,7 @@ import (
 	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -163,6 +164,7 @@ var configCases = []configCase{
 	{name: "capabilities-configured", cfg: func(c *Config) { c.CapAdd = []string{"CHOWN", "SETUID", "SETGID"} }, spec: sandbox.Spec{Entrypoint: []string{"x"}}},
 	{name: "snapshot-restore", spec: sandbox.Spec{Image: "opensandbox/snapshot:snap-1", SnapshotID: "snap-1", Entrypoint: []string{"x"}}},
 	{name: "storage-watch", storage: storageWatch, spec: sandbox.Spec{Entrypoint: []string{"x"}, Resources: sandbox.Resources{StorageBytes: 1 << 30}}},
+	{name: "storage-watch-no-entrypoint", storage: storageWatch, spec: sandbox.Spec{Resources: sandbox.Resources{StorageBytes: 1 << 30}}},
 	{name: "storage-watch-default", storage: storageWatch, cfg: func(c *Config) { c.DefaultStorage = "10Gi" }, spec: sandbox.Spec{Entrypoint: []string{"x"}}},
 	{name: "storage-watch-gvisor", storage: storageWatch, spec: sandbox.Spec{Entrypoint: []string{"x"},
 		Resources: sandbox.Resources{StorageBytes: 1 << 30}, Extensions: map[string]string{extRuntime: "runsc"}}},
@@ -256,7 +258,7 @@ var dangerousCaps = []string{"SYS_ADMIN", "SYS_MODULE", "SYS_PTRACE", "SYS_RAWIO
 // each is written even when empty, so that a container made from a
 // snapshot image never inherits the labels of the snapshot's sandbox.
 var everyLabel = []string{labelScope, labelID, labelCreated, labelImage, labelSnapshot, labelEntrypoint, labelMetadata,
-	labelExtensions, labelExpires, labelSecure, labelPlatform, labelStorage, labelSubPathVolumes}
+	labelExtensions, labelExpires, labelSecure, labelPlatform, labelStorage, labelHeld, labelSubPathVolumes}
 
 var hardeningChecks = []hardeningCheck{
 	{"capabilities-all-dropped", func(b built) string {
@@ -359,7 +361,7 @@ var hardeningChecks = []hardeningCheck{
 		return ""
 	}},
 	{"ports-on-bind-ip-only", func(b built) string {
-		want := []nat.Port{"44772/tcp"}
+		want := []nat.Port{nat.Port(strconv.Itoa(api.ExecdPort) + "/tcp")}
 		if !b.c.spec.SecureAccess {
 			want = append(want, "8080/tcp") // with secure access every port goes through execd
 		}
@@ -518,12 +520,20 @@ var hardeningChecks = []hardeningCheck{
 		return ""
 	}},
 	{"command-started-by-execd", func(b built) string {
-		want := append([]string{"--"}, b.c.spec.Entrypoint...)
-		if b.c.pool != "" {
+		want, held := append([]string{"--"}, b.c.spec.Entrypoint...), ""
+		switch {
+		case b.c.pool != "":
 			want = []string{"--claimable", "--"} // a claim brings the entrypoint
+		case b.cc.Labels[labelStorage] != "" && len(b.c.spec.Entrypoint) > 0 && b.cfg.storage.mode() == storageWatch:
+			// Held until the disk watcher measures the container, then
+			// handed over through /claim (held.go).
+			want, held = []string{"--claimable", "--"}, "true"
 		}
 		if !slices.Equal(b.cc.Cmd, want) || b.cc.User != "" || b.cc.WorkingDir != "" {
 			return fmt.Sprintf("cmd %q (user %q, dir %q), want %q as the image's user", b.cc.Cmd, b.cc.User, b.cc.WorkingDir, want)
+		}
+		if b.cc.Labels[labelHeld] != held {
+			return fmt.Sprintf("held label %q, want %q", b.cc.Labels[labelHeld], held)
 		}
 		return ""
 	}},

@@ -95,14 +95,23 @@ func growthRate(prev float64, grown int64, elapsed time.Duration) float64 {
 }
 
 // diskWatch is the watcher's state. Only its goroutine (watchDisks)
-// touches it, except wake and handed.
+// touches it, except wake and what mu guards.
 type diskWatch struct {
 	// wake asks the watcher to look for new sandboxes now.
 	wake chan struct{}
+	mu   sync.Mutex
 	// handed are containers just started, as provisioning inspected
 	// them: the watcher takes them without asking the engine again.
-	mu     sync.Mutex
 	handed map[sandbox.ID]containerInfo
+	// measured maps each sandbox measured at least once since its
+	// container's init started to that init's PID; measuredCh is closed
+	// and replaced whenever a sandbox joins it. A held entrypoint waits
+	// for it (held.go).
+	measured   map[sandbox.ID]int
+	measuredCh chan struct{}
+	// problems says why a sandbox's files could not be found, until they
+	// are.
+	problems map[sandbox.ID]error
 
 	watched map[sandbox.ID]*watchedSandbox
 	// measurements counts the measurements made, busy the time they
@@ -127,8 +136,11 @@ type watchedSandbox struct {
 	procs string
 	// pidfd refers to its container's init process (-1 for none): a
 	// signal to it stops the sandbox at once, and never reaches another
-	// process that reused the PID.
-	pidfd int
+	// process that reused the PID. pid is that process's PID, and
+	// announced is set once a measurement of it was made known (measured).
+	pidfd     int
+	pid       int
+	announced bool
 
 	last   diskUsage
 	lastAt time.Time
@@ -147,7 +159,7 @@ const maxMeasureFailures = 5
 
 func newDiskWatch() *diskWatch {
 	return &diskWatch{wake: make(chan struct{}, 1), handed: map[sandbox.ID]containerInfo{}, watched: map[sandbox.ID]*watchedSandbox{},
-		unlimited: map[sandbox.ID]bool{}}
+		unlimited: map[sandbox.ID]bool{}, measured: map[sandbox.ID]int{}, measuredCh: make(chan struct{}), problems: map[sandbox.ID]error{}}
 }
 
 // forget stops watching a sandbox.
@@ -157,6 +169,55 @@ func (w *diskWatch) forget(id sandbox.ID) {
 			unix.Close(ws.pidfd)
 		}
 		delete(w.watched, id)
+	}
+	w.mu.Lock()
+	delete(w.measured, id)
+	delete(w.problems, id)
+	w.mu.Unlock()
+}
+
+// announce makes known that ws was measured: whoever waits for it to be
+// (waitMeasured) goes on.
+func (w *diskWatch) announce(ws *watchedSandbox) {
+	ws.announced = true
+	w.mu.Lock()
+	w.measured[ws.id] = ws.pid
+	close(w.measuredCh)
+	w.measuredCh = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// waitMeasured waits until the sandbox id has been measured since the
+// process pid, its container's init, started, or ctx ends; it then says
+// why its files could not be found, if they could not.
+func (w *diskWatch) waitMeasured(ctx context.Context, id sandbox.ID, pid int) error {
+	for {
+		w.mu.Lock()
+		done, ch, problem := w.measured[id] == pid, w.measuredCh, w.problems[id]
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if problem != nil {
+				return fmt.Errorf("%w (%w)", ctx.Err(), problem)
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// setProblem records why the files of id could not be found (nil: they
+// were).
+func (w *diskWatch) setProblem(id sandbox.ID, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		delete(w.problems, id)
+	} else {
+		w.problems[id] = err
 	}
 }
 
@@ -307,6 +368,12 @@ func (r *Runtime) syncWatched() {
 		}
 	}
 	handed := w.takeHanded()
+	for id, info := range handed {
+		if ws := w.watched[id]; ws != nil && ws.pid != info.Files.Pid {
+			// Its container started again: its init is another process.
+			w.forget(id)
+		}
+	}
 	for id := range live {
 		if w.watched[id] != nil || w.unlimited[id] {
 			continue
@@ -318,6 +385,7 @@ func (r *Runtime) syncWatched() {
 		} else {
 			ws, err = r.locateFiles(id)
 		}
+		w.setProblem(id, err)
 		switch {
 		case err != nil:
 			r.log.Warn("find the files of a sandbox to measure them; trying again", "sandbox", id, "err", err)
@@ -356,7 +424,7 @@ func (r *Runtime) watchedFrom(id sandbox.ID, cid string, labels map[string]strin
 	if f.UpperDir == "" {
 		return nil, fmt.Errorf("the engine gives no writable layer directory (storage driver not overlay2?)")
 	}
-	ws := &watchedSandbox{id: id, limit: limit, trees: []string{f.UpperDir}, files: f.EtcFiles, due: time.Now(), pidfd: -1}
+	ws := &watchedSandbox{id: id, limit: limit, trees: []string{f.UpperDir}, files: f.EtcFiles, due: time.Now(), pidfd: -1, pid: f.Pid}
 	for _, v := range f.Volumes {
 		if v.Driver != "" && v.Driver != "local" {
 			continue // a volume plugin's storage is its own
@@ -470,6 +538,9 @@ func (r *Runtime) measure(ws *watchedSandbox) {
 		msg += fmt.Sprintf("), over its ephemeral-storage limit of %s; it was stopped", formatBytes(ws.limit))
 		r.stopOverLimit(ws, msg)
 		return
+	}
+	if !ws.announced {
+		r.disk.announce(ws)
 	}
 	ws.due = now.Add(checkInterval(ws.limit, u.Bytes, ws.rate, ws.cost))
 }

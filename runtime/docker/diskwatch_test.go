@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -63,38 +63,27 @@ func diskOf(t *testing.T, rt *Runtime, id sandbox.ID) diskUsage {
 func wantStopped(t *testing.T, rt *Runtime, id sandbox.ID, limit int64, maxOver int64) diskUsage {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
+	// Filling the disk and measuring it take about as long as a start.
 	var sb *sandbox.Sandbox
-	for {
+	testwait.Wait{What: "the sandbox over its limit to fail", Starts: 2, Every: 20 * time.Millisecond,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
 		var err error
-		sb, err = rt.Get(ctx, id)
-		if err != nil {
+		if sb, err = rt.Get(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if sb.Status.State == sandbox.StateFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox over its limit is still %+v", sb.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sb.Status.State == sandbox.StateFailed
+	})
 	if sb.Status.Reason != "DISK_LIMIT_EXCEEDED" || !strings.Contains(sb.Status.Message, formatBytes(limit)) {
 		t.Fatalf("status %+v, want DISK_LIMIT_EXCEEDED naming the limit %s", sb.Status, formatBytes(limit))
 	}
-	var info containerInfo
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var err error
-		if info, err = rt.eng.inspect(ctx, containerName(id)); err != nil {
+	testwait.Wait{What: "the container of a sandbox over its limit to stop", Every: 20 * time.Millisecond,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		info, err := rt.eng.inspect(ctx, containerName(id))
+		if err != nil {
 			t.Fatalf("the container of a sandbox stopped for its disk: %v (it should be kept)", err)
 		}
-		if info.State != "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the container of a sandbox over its limit still runs")
-		}
-	}
+		return info.State != "running"
+	})
 	u := diskOf(t, rt, id)
 	t.Logf("stopped: %s; it holds %s now", sb.Status.Message, formatBytes(u.Bytes))
 	if u.Bytes-limit > maxOver {
@@ -223,9 +212,10 @@ func TestStorageOvershoot(t *testing.T) {
 	} {
 		for _, mem := range []int64{256 << 20, 2 << 30} {
 			id := sandbox.NewID()
-			// The pause lets the first measurement happen before the
-			// writing starts, as for a sandbox that starts writing later.
-			if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sh", "-c", "sleep 0.5; " + w.script + "; sleep 1000000"},
+			// The entrypoint writes from its first instant: it is held
+			// until the first measurement (held.go), so it is bounded as
+			// a sandbox that starts writing later is.
+			if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sh", "-c", w.script + "; sleep 1000000"},
 				Resources: sandbox.Resources{StorageBytes: limit, MemoryBytes: mem}}); err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +235,7 @@ func TestStorageLimitDefault(t *testing.T) {
 	testenv.MustHaveImage(t, testImage)
 	dir, scope := t.TempDir(), testScope()
 	mod := func(c *Config) {
-		c.DataDir, c.LabelScope, c.DefaultStorage, c.StartTimeout = dir, scope, "32Mi", 30*time.Second
+		c.DataDir, c.LabelScope, c.DefaultStorage, c.StartTimeout = dir, scope, "32Mi", startTimeout()
 	}
 	rt1 := newTestRuntimeNoCleanup(t, mod)
 	needWatchMode(t, rt1)
@@ -253,7 +243,7 @@ func TestStorageLimitDefault(t *testing.T) {
 	rt1.Close()
 
 	rt := newTestRuntime(t, mod)
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 10*time.Second)
+	waitState(t, rt, id, sandbox.StateRunning)
 	// Started by the engine, detached: the sandbox is stopped within
 	// milliseconds of passing its limit, which would cut a request to
 	// execd still answering.

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -112,6 +113,9 @@ type entry struct {
 	// fresh marks a sandbox created by this process, whose provisioning
 	// need not look for a container made before a restart.
 	fresh bool
+	// heldStart is the start of its container whose held entrypoint was
+	// handed over (record.HeldStart).
+	heldStart string
 }
 
 func (e *entry) markPortsKnown() { e.knownOnce.Do(func() { close(e.portsKnown) }) }
@@ -352,14 +356,14 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 		return nil, err
 	}
 	if rt := spec.Extensions[extRuntime]; rt != "" && rt != "runc" && !r.runtimes[rt] {
-		return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 			fmt.Sprintf("extension %s: the engine has no runtime %q", extRuntime, rt))
 	}
 	if err := r.checkVolumes(ctx, spec.Volumes); err != nil {
 		return nil, err
 	}
 	if r.pinErr != nil && needsPins(spec.Volumes) {
-		return nil, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::UNSUPPORTED",
+		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumeUnsupported,
 			fmt.Sprintf("host volumes and volume sub paths are not available on this server: %v", r.pinErr))
 	}
 
@@ -542,7 +546,7 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 // container's ports are known.
 func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
 	if port < 1 || port > 65535 {
-		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, "DOCKER::INVALID_PORT", fmt.Sprintf("port %d is not in 1..65535", port))
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, api.CodeDockerInvalidPort, fmt.Sprintf("port %d is not in 1..65535", port))
 	}
 	r.mu.Lock()
 	e, err := r.getLocked(id)
@@ -560,15 +564,15 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	if e, err = r.getLocked(id); err != nil { // deleted while waiting
 		return sandbox.Endpoint{}, err
 	}
-	execd, ok := e.ports[sandbox.PortExecd]
+	execd, ok := e.ports[api.ExecdPort]
 	if !ok {
 		st := e.sb.Status
-		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, "DOCKER::NETWORK_MODE_ENDPOINT_UNAVAILABLE",
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, api.CodeDockerNetworkModeEndpointUnavailable,
 			fmt.Sprintf("sandbox %s has no published ports (%s: %s)", id, st.State, st.Message))
 	}
 	headers := map[string]string{sandbox.HeaderExecdToken: e.token}
 	switch {
-	case port == sandbox.PortExecd:
+	case port == api.ExecdPort:
 		return sandbox.Endpoint{Address: r.publicAddr(execd), Headers: headers}, nil
 	case port == sandbox.PortApp && !e.sb.SecureAccess:
 		if app, ok := e.ports[sandbox.PortApp]; ok {
@@ -634,9 +638,9 @@ func (r *Runtime) Resume(ctx context.Context, id sandbox.ID) error {
 }
 
 func (r *Runtime) pauseOrResume(ctx context.Context, id sandbox.ID, pause bool) error {
-	from, to, reason, code, verb, op := sandbox.StateRunning, sandbox.StatePaused, "CONTAINER_PAUSED", "DOCKER::SANDBOX_NOT_RUNNING", "pause", r.eng.pause
+	from, to, reason, code, verb, op := sandbox.StateRunning, sandbox.StatePaused, "CONTAINER_PAUSED", api.CodeDockerSandboxNotRunning, "pause", r.eng.pause
 	if !pause {
-		from, to, reason, code, verb, op = sandbox.StatePaused, sandbox.StateRunning, "CONTAINER_RUNNING", "DOCKER::SANDBOX_NOT_PAUSED", "resume", r.eng.unpause
+		from, to, reason, code, verb, op = sandbox.StatePaused, sandbox.StateRunning, "CONTAINER_RUNNING", api.CodeDockerSandboxNotPaused, "resume", r.eng.unpause
 	}
 	r.mu.Lock()
 	e, err := r.getLocked(id)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -57,7 +58,7 @@ func testScope() string {
 func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 	t.Helper()
 	testenv.MustHaveImage(t, testImage)
-	cfg := Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: 30e9}
+	cfg := Config{DataDir: t.TempDir(), ExecdPath: testExecd, LabelScope: testScope(), StartTimeout: startTimeout()}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -73,6 +74,11 @@ func newTestRuntime(t testing.TB, mod func(*Config)) *Runtime {
 	return rt
 }
 
+// startTimeout is the runtimes' StartTimeout: twice what a test waits for
+// a start, so that the test's wait, which says what the sandbox was
+// doing, runs out before the runtime fails the sandbox. At least 30 s.
+func startTimeout() time.Duration { return max(30*time.Second, testwait.TimeoutN(2)) }
+
 // start creates a sandbox from spec and waits until it runs.
 func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 	t.Helper()
@@ -86,7 +92,7 @@ func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 	if _, err := rt.Create(context.Background(), id, spec); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 60*time.Second)
+	waitState(t, rt, id, sandbox.StateRunning)
 	return id
 }
 
@@ -94,7 +100,7 @@ func start(t *testing.T, rt *Runtime, spec sandbox.Spec) sandbox.ID {
 // returns its stdout and exit status ("0" on success).
 func run(t *testing.T, rt *Runtime, id sandbox.ID, command string) (string, string) {
 	t.Helper()
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +156,53 @@ func newTestRuntimeNoCleanup(t *testing.T, mod func(*Config)) *Runtime {
 	return rt
 }
 
+// waitFor waits until cond holds, for as long as one sandbox start may
+// take on this machine (see testwait).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testwait.Wait{What: what, Every: 20 * time.Millisecond}.Until(t, cond)
+}
+
+// waitState waits until a sandbox is in state, for as long as one start
+// may take on this machine; a sandbox that fails instead fails the test
+// at once. Either way the failure says what the sandbox was doing.
+func waitState(t *testing.T, rt *Runtime, id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
+	t.Helper()
+	var sb *sandbox.Sandbox
+	testwait.Wait{What: fmt.Sprintf("sandbox %s to be %s", id, want), Every: 20 * time.Millisecond,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		var err error
+		if sb, err = rt.Get(context.Background(), id); err != nil {
+			t.Fatalf("Get(%s) while waiting for %s: %v\n%s", id, want, err, describe(rt, id))
 		}
+		if sb.Status.State == sandbox.StateFailed && want != sandbox.StateFailed {
+			t.Fatalf("sandbox %s failed while waiting for %s: %s: %s\n%s", id, want, sb.Status.Reason, sb.Status.Message, describe(rt, id))
+		}
+		return sb.Status.State == want
+	})
+	return sb
+}
+
+// describe says what a sandbox is doing: its status, events and log as
+// the runtime has them, and its container as the engine has it.
+func describe(rt *Runtime, id sandbox.ID) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if sb, err := rt.Get(ctx, id); err != nil {
+		fmt.Fprintf(&b, "sandbox %s: %v\n", id, err)
+	} else {
+		fmt.Fprintf(&b, "sandbox %s: %s (%s) since %v: %s\n", id, sb.Status.State, sb.Status.Reason, sb.Status.Since, sb.Status.Message)
 	}
+	evs, err := rt.Events(ctx, id)
+	fmt.Fprintf(&b, "events (%v):\n", err)
+	for _, e := range evs {
+		fmt.Fprintf(&b, "    %s %s:%s %s\n", e.Time.Format(time.StampMilli), e.Source, e.Type, e.Message)
+	}
+	logs, err := rt.Logs(ctx, id, 30, time.Time{})
+	fmt.Fprintf(&b, "log (%v):\n%s\n", err, logs)
+	b.WriteString(testwait.Containers("label=" + labelID + "=" + string(id)))
+	return b.String()
 }
 
 func TestConformance(t *testing.T) {
@@ -166,5 +212,6 @@ func TestConformance(t *testing.T) {
 		Entrypoint:   []string{"sleep", "1000000"},
 		MissingImage: "127.0.0.1:1/opensandbox/missing:latest",
 		Reach:        runtimetest.ReachExecd,
+		StartTimeout: max(60*time.Second, testwait.Timeout()),
 	})
 }

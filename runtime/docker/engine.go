@@ -88,6 +88,9 @@ type containerInfo struct {
 	// Ports maps a container TCP port to the host address it is
 	// published on.
 	Ports map[int]string
+	// StartedAt is when its container last started, as the engine
+	// writes it: it tells one start from the next (from inspect only).
+	StartedAt string
 	// Env is the container's environment (from inspect only).
 	Env []string
 	// Files says where its writes land (from inspect only).
@@ -130,6 +133,7 @@ func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) 
 	info := containerInfo{ID: c.ID, Labels: c.Config.Labels, Ports: map[int]string{}, Env: c.Config.Env, Files: filesOf(&c)}
 	if c.State != nil {
 		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
+		info.StartedAt = c.State.StartedAt
 	}
 	if c.NetworkSettings != nil {
 		for port, bindings := range c.NetworkSettings.Ports {

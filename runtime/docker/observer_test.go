@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -75,7 +74,7 @@ func TestObserverCreateAndReconcile(t *testing.T) {
 
 	rec2 := &recorder{}
 	rt2 := newTestRuntime(t, func(c *Config) { c.DataDir, c.LabelScope, c.Observer = dir, scope, rec2 })
-	runtimetest.WaitState(t, rt2, id, sandbox.StateRunning, 30*time.Second)
+	waitState(t, rt2, id, sandbox.StateRunning)
 	if ready, _, _ := rec2.snapshot(); len(ready) != 0 {
 		t.Fatalf("a sandbox found again at start was reported as created: %v", ready)
 	}
@@ -92,7 +91,7 @@ func TestObserverPulls(t *testing.T) {
 	if _, err := rt.Create(ctx, refused, sandbox.Spec{Image: "127.0.0.1:1/opensandbox/missing:latest", Entrypoint: []string{"x"}}); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, refused, sandbox.StateFailed, 60*time.Second)
+	waitState(t, rt, refused, sandbox.StateFailed)
 	if _, pulls, _ := rec.snapshot(); len(pulls) != 1 || pulls[0] == nil || errors.Is(pulls[0], context.Canceled) {
 		t.Fatalf("pulls reported after a refused pull: %v, want one error", pulls)
 	}

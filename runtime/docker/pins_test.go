@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -231,7 +230,7 @@ func TestHostVolumeSwappedAfterCheck(t *testing.T) {
 			Volumes: []sandbox.Volume{hostVolume("h", "/data", path)}}); err != nil {
 			t.Fatal(err)
 		}
-		sb := runtimetest.WaitState(t, rt, id, sandbox.StateFailed, 30*time.Second)
+		sb := waitState(t, rt, id, sandbox.StateFailed)
 		if sb.Status.Reason != "VOLUME_CHANGED" {
 			t.Fatalf("%s: status %+v", path, sb.Status)
 		}
@@ -263,7 +262,7 @@ func TestNamedVolumeSubPath(t *testing.T) {
 		Volumes: []sandbox.Volume{{Name: "n", MountPath: "/sub", SubPath: "root", Claim: &sandbox.Claim{Name: name}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if sb := runtimetest.WaitState(t, rt, id, sandbox.StateFailed, 30*time.Second); sb.Status.Reason != "VOLUME_CHANGED" {
+	if sb := waitState(t, rt, id, sandbox.StateFailed); sb.Status.Reason != "VOLUME_CHANGED" {
 		t.Fatalf("sub path through a link: %+v", sb.Status)
 	}
 	if err := rt.Delete(ctx, owner); err != nil {

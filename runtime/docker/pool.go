@@ -108,7 +108,7 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	r.mu.Lock()
 	if _, ok := r.pools[p.Name]; ok {
 		r.mu.Unlock()
-		return nil, sandbox.Coded(sandbox.ErrConflict, "POOL::ALREADY_EXISTS", fmt.Sprintf("pool %s already exists", p.Name))
+		return nil, sandbox.Coded(sandbox.ErrConflict, api.CodePoolAlreadyExists, fmt.Sprintf("pool %s already exists", p.Name))
 	}
 	if err := r.st.putPool(&p); err != nil {
 		r.mu.Unlock()
@@ -153,7 +153,7 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 }
 
 func poolNotFound(name string) error {
-	return sandbox.Coded(sandbox.ErrNotFound, "POOL::NOT_FOUND", fmt.Sprintf("pool %s not found", name))
+	return sandbox.Coded(sandbox.ErrNotFound, api.CodePoolNotFound, fmt.Sprintf("pool %s not found", name))
 }
 
 // GetPool returns a pool with its status.
@@ -346,7 +346,7 @@ func (r *Runtime) pickLocked(ps *poolState) *entry {
 // becomes visible, Running, when this returns.
 func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
 	r.mu.Lock()
-	id, oldToken, addr := e.sb.ID, e.token, e.ports[sandbox.PortExecd]
+	id, oldToken, addr := e.sb.ID, e.token, e.ports[api.ExecdPort]
 	r.mu.Unlock()
 	entrypoint := spec.Entrypoint
 	if len(entrypoint) == 0 {
@@ -380,7 +380,7 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusBadRequest:
-		return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "the sandbox refused the request: "+string(msg))
+		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+string(msg))
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("claim through execd: %s: %s", resp.Status, msg)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -52,7 +53,7 @@ func waitPool(t *testing.T, rt *Runtime, name string, cond func(sandbox.PoolStat
 // token with.
 func pingWith(t *testing.T, rt *Runtime, id sandbox.ID, token string) int {
 	t.Helper()
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}

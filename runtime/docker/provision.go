@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -124,12 +125,22 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	r.mu.Unlock()
 	e.markPortsKnown()
 	r.disk.started(id, info) // its storage limit holds from its first write
-	execd, ok := info.Ports[sandbox.PortExecd]
+	execd, ok := info.Ports[api.ExecdPort]
 	if !ok {
 		return &failure{"CONTAINER_START_FAILED", "execd's port was not published"}
 	}
-	if err := r.waitExecd(ctx, execd, e.token, info.ID); err != nil {
+	r.mu.Lock()
+	token, heldStart := e.token, e.heldStart
+	r.mu.Unlock()
+	if err := r.waitExecd(ctx, execd, token, info.ID); err != nil {
 		return err
+	}
+	handed := ""
+	if isHeld(info.Labels) && info.State == "running" && info.StartedAt != heldStart {
+		if err := r.handOverEntrypoint(ctx, id, info, execd, token); err != nil {
+			return err
+		}
+		handed = info.StartedAt
 	}
 	state, reason := sandbox.StateRunning, "CONTAINER_RUNNING"
 	if info.State == "paused" {
@@ -143,8 +154,17 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 	err = r.updateRecord(id, func(cur *entry) (func(*record), error) {
 		if cur != nil {
 			r.transitionLocked(cur, state, reason, "")
+			if handed != "" {
+				cur.heldStart = handed
+			}
 		}
-		return func(rec *record) { rec.Spec = nil }, nil
+		return func(rec *record) {
+			// Running, again if its container stopped and started since.
+			rec.Spec, rec.Failure = nil, nil
+			if handed != "" {
+				rec.HeldStart = handed
+			}
+		}, nil
 	})
 	if err != nil {
 		r.log.Warn("record sandbox running", "sandbox", id, "err", err)
@@ -379,10 +399,10 @@ func (r *Runtime) checkVolumes(ctx context.Context, vols []sandbox.Volume) error
 		}
 		switch {
 		case !ok && !v.Claim.CreateIfNotExists:
-			return sandbox.Coded(sandbox.ErrNotFound, "VOLUME::PVC_NOT_FOUND",
+			return sandbox.Coded(sandbox.ErrNotFound, api.CodeVolumePVCNotFound,
 				fmt.Sprintf("volume %s: named volume %s does not exist and createIfNotExists is false", v.Name, v.Claim.Name))
 		case ok && labels[labelScope] != r.cfg.LabelScope && !r.volumeAllowed(v.Claim.Name):
-			return sandbox.Coded(sandbox.ErrInvalid, "VOLUME::NOT_ALLOWED",
+			return sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumeNotAllowed,
 				fmt.Sprintf("volume %s: named volume %s exists but was not made by this server; allow it with runtime.docker.named_volume_allowlist", v.Name, v.Claim.Name))
 		case ok && v.SubPath != "":
 			vi, err := r.eng.volumeInfo(ctx, v.Claim.Name)
@@ -390,7 +410,7 @@ func (r *Runtime) checkVolumes(ctx context.Context, vols []sandbox.Volume) error
 				return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 			if err := subPathVolumeOK(vi); err != nil {
-				return sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_SUBPATH", fmt.Sprintf("volume %s: %v", v.Name, err))
+				return sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumePVCSubPathUnsupportedDriver, fmt.Sprintf("volume %s: %v", v.Name, err))
 			}
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -82,7 +82,7 @@ func TestDeleteAbandonsStalledPull(t *testing.T) {
 	waitFor(t, "the pull", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.Reason == "PULLING_IMAGE" })
 	endpointErr := make(chan error, 1)
 	go func() {
-		_, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+		_, err := rt.Endpoint(ctx, id, api.ExecdPort)
 		endpointErr <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
@@ -121,7 +121,7 @@ func TestImageRemovedAfterUse(t *testing.T) {
 	if _, err := rt.Create(context.Background(), id, sandbox.Spec{Image: tag, Entrypoint: []string{"sleep", "100"}}); err != nil {
 		t.Fatal(err)
 	}
-	sb := runtimetest.WaitState(t, rt, id, sandbox.StateFailed, 30*time.Second)
+	sb := waitState(t, rt, id, sandbox.StateFailed)
 	if sb.Status.Reason != "IMAGE_NOT_FOUND" {
 		t.Fatalf("status %+v", sb.Status)
 	}
@@ -197,5 +197,5 @@ func TestForeignNamedVolumesRefused(t *testing.T) {
 	if _, err := allowed.Create(ctx, id, spec); err != nil {
 		t.Fatalf("allowlisted volume: %v", err)
 	}
-	runtimetest.WaitState(t, allowed, id, sandbox.StateRunning, 30*time.Second)
+	waitState(t, allowed, id, sandbox.StateRunning)
 }

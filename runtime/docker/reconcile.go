@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,7 +128,7 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		return
 	}
 	e := newEntry(recordSandbox(rec), rec.Token)
-	e.from, e.revision = rec.Pool, rec.PoolRevision
+	e.from, e.revision, e.heldStart = rec.Pool, rec.PoolRevision, rec.HeldStart
 	if !rec.Claimed {
 		e.pool = rec.Pool
 		if rec.Claiming {
@@ -148,10 +149,19 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 			e.token = tokenFromEnv(info.Env)
 		}
 	}
-	if rec.Spec != nil || (c != nil && (c.State == "created" || c.State == "restarting")) {
-		// An unfinished create, or a container that never started:
-		// provision it, unless it needed credentials, which were never
-		// stored.
+	restarted := false
+	if rec.Spec == nil && c != nil && c.State == "running" && isHeld(c.Labels) {
+		// Its container may have started again while no server ran: that
+		// start gets its entrypoint as a create's does.
+		var err error
+		if restarted, err = r.needsHandOver(ctx, c.ID, rec.HeldStart); err != nil {
+			r.log.Error("look whether a sandbox's container started again since its held entrypoint was handed over", "sandbox", id, "err", err)
+		}
+	}
+	if rec.Spec != nil || restarted || (c != nil && (c.State == "created" || c.State == "restarting")) {
+		// An unfinished create, a container that never started, or one
+		// that started again with its entrypoint held: provision it,
+		// unless it needed credentials, which were never stored.
 		if c == nil && rec.NeededAuth {
 			r.mu.Lock()
 			r.byID[id] = e
@@ -165,7 +175,11 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		}
 		r.mu.Lock()
 		r.byID[id] = e
-		r.transitionLocked(e, sandbox.StatePending, "CREATING", "resumed")
+		if restarted {
+			r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", heldRestartMessage)
+		} else {
+			r.transitionLocked(e, sandbox.StatePending, "CREATING", "resumed")
+		}
 		pctx := r.prepareProvisionLocked(e)
 		r.mu.Unlock()
 		r.runProvision(pctx, e, *spec)
@@ -177,6 +191,23 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 	r.byID[id] = e
 	r.mu.Unlock()
 	e.markPortsKnown()
+}
+
+// heldRestartMessage is the status message of a sandbox whose container
+// started again, until its held entrypoint is handed over.
+const heldRestartMessage = "its container started again; its entrypoint starts once its disk is measured"
+
+// heldSpec is what provisioning needs of a sandbox whose running
+// container waits for its held entrypoint. r.mu must be held.
+func heldSpec(e *entry) sandbox.Spec {
+	return sandbox.Spec{Image: e.sb.Image, SnapshotID: e.sb.SnapshotID, Entrypoint: slices.Clone(e.sb.Entrypoint)}
+}
+
+// heldResume is a provisioning to run once r.mu is released.
+type heldResume struct {
+	e    *entry
+	ctx  context.Context
+	spec sandbox.Spec
 }
 
 // forget drops a sandbox that no longer exists from the store and the
@@ -277,6 +308,8 @@ func (r *Runtime) handleEvent(m events.Message) {
 	action := string(m.Action)
 	r.event(id, sandbox.Event{Time: time.Unix(0, m.TimeNano).UTC(), Source: sandbox.SourceRuntime, Type: action, Message: eventMessage(m)})
 	var failed *sandbox.Status
+	var resume context.Context
+	var spec sandbox.Spec
 	r.mu.Lock()
 	e, ok := r.byID[id]
 	if ok && !e.deleting {
@@ -300,6 +333,13 @@ func (r *Runtime) handleEvent(m events.Message) {
 				s := e.sb.Status
 				failed = &s
 			}
+		case "start":
+			if provisioned && st != sandbox.StateFailed && e.pool == "" && !e.provisioning() && isHeld(m.Actor.Attributes) {
+				// Started again (docker start, docker restart): this
+				// start gets its entrypoint once the disk watcher has it.
+				r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", heldRestartMessage)
+				resume, spec = r.prepareProvisionLocked(e), heldSpec(e)
+			}
 		case "destroy":
 			if provisioned && st != sandbox.StateTerminated {
 				r.transitionLocked(e, sandbox.StateTerminated, "CONTAINER_REMOVED", "the sandbox's container was removed outside the server")
@@ -307,6 +347,9 @@ func (r *Runtime) handleEvent(m events.Message) {
 		}
 	}
 	r.mu.Unlock()
+	if resume != nil {
+		r.runProvision(resume, e, spec)
+	}
 	if failed != nil {
 		// Written outside the index's lock: a store write waits for the disk.
 		r.recMu.Lock()
@@ -375,6 +418,7 @@ func (r *Runtime) reconcileLocked(ctx context.Context) error {
 
 	var forget []sandbox.ID
 	var adopt []*containerInfo
+	var resume []heldResume
 	r.mu.Lock()
 	for id, e := range r.byID {
 		gen, known := gens[id]
@@ -386,6 +430,12 @@ func (r *Runtime) reconcileLocked(ctx context.Context) error {
 		case e.sb.Status.State == sandbox.StateFailed:
 		case c == nil:
 			forget = append(forget, id)
+		case c.State == "running" && isHeld(c.Labels) && e.pool == "" && e.sb.Status.State != sandbox.StateRunning && e.sb.Status.State != sandbox.StatePaused:
+			// Stopped, and started again unseen: this start gets its
+			// entrypoint once the disk watcher has it.
+			e.ports = c.Ports
+			r.transitionLocked(e, sandbox.StatePending, "CONTAINER_STARTING", heldRestartMessage)
+			resume = append(resume, heldResume{e, r.prepareProvisionLocked(e), heldSpec(e)})
 		default:
 			e.ports = c.Ports
 			r.applyContainerStateLocked(e, c.State, c.ExitCode, e.oomed)
@@ -400,6 +450,9 @@ func (r *Runtime) reconcileLocked(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 
+	for _, h := range resume {
+		r.runProvision(h.ctx, h.e, h.spec)
+	}
 	for _, id := range forget {
 		r.forget(id, "its container disappeared")
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
-	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -45,7 +45,7 @@ func TestRestartRecovers(t *testing.T) {
 	}
 	failed := sandbox.NewID()
 	rt1.Create(ctx, failed, sandbox.Spec{Image: "127.0.0.1:1/missing:latest", Entrypoint: []string{"x"}})
-	runtimetest.WaitState(t, rt1, failed, sandbox.StateFailed, 30*time.Second)
+	waitState(t, rt1, failed, sandbox.StateFailed)
 	halfDeleted := start(t, rt1, sandbox.Spec{})
 	rt1.st.updateRecord(halfDeleted, func(r *record) { r.Deleting = true })
 	// A create the restart caught before its container existed.
@@ -78,7 +78,7 @@ func TestRestartRecovers(t *testing.T) {
 	if _, err := rt2.eng.inspect(ctx, containerName(halfDeleted)); err == nil {
 		t.Fatal("the half-deleted sandbox's container was left behind")
 	}
-	runtimetest.WaitState(t, rt2, interrupted, sandbox.StateRunning, 30*time.Second)
+	waitState(t, rt2, interrupted, sandbox.StateRunning)
 	if err := rt2.Resume(ctx, paused); err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +108,11 @@ func TestEngineEventsUpdateState(t *testing.T) {
 	rt := newTestRuntime(t, nil)
 	id := start(t, rt, sandbox.Spec{})
 	exec.Command("docker", "pause", containerName(id)).Run()
-	waitFor(t, "Paused after docker pause", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StatePaused })
+	waitState(t, rt, id, sandbox.StatePaused)
 	exec.Command("docker", "unpause", containerName(id)).Run()
-	waitFor(t, "Running after docker unpause", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StateRunning })
+	waitState(t, rt, id, sandbox.StateRunning)
 	exec.Command("docker", "kill", containerName(id)).Run()
-	waitFor(t, "Failed after docker kill", func() bool { sb, _ := rt.Get(context.Background(), id); return sb.Status.State == sandbox.StateFailed })
+	waitState(t, rt, id, sandbox.StateFailed)
 	evs, _ := rt.Events(context.Background(), id)
 	var types []string
 	for _, e := range evs {
@@ -139,17 +139,10 @@ func TestOOMKill(t *testing.T) {
 	}
 	// The engine reports the kill by an event, which reaches the
 	// sandbox's events some time after the command has returned.
-	var evs []sandbox.Event
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		evs, _ = rt.Events(ctx, id)
-		if slices.ContainsFunc(evs, func(e sandbox.Event) bool { return e.Type == "oom" }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			sb, _ := rt.Get(ctx, id)
-			t.Fatalf("no oom event 30 s after the command; sandbox %+v, events %+v", sb.Status, evs)
-		}
-	}
+	testwait.Wait{What: "the engine's oom event", Every: 50 * time.Millisecond, Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		evs, _ := rt.Events(ctx, id)
+		return slices.ContainsFunc(evs, func(e sandbox.Event) bool { return e.Type == "oom" })
+	})
 }
 
 // TestFailedSandboxKeepsItsLog: a sandbox whose container stopped is
@@ -159,7 +152,7 @@ func TestFailedSandboxKeepsItsLog(t *testing.T) {
 	ctx := context.Background()
 	id := start(t, rt, sandbox.Spec{Entrypoint: []string{"sh", "-c", "echo the-entrypoint-spoke; sleep 1000"}})
 	exec.Command("docker", "kill", containerName(id)).Run()
-	waitFor(t, "Failed", func() bool { sb, _ := rt.Get(ctx, id); return sb.Status.State == sandbox.StateFailed })
+	waitState(t, rt, id, sandbox.StateFailed)
 	rt.Reconcile(ctx)
 	logs, err := rt.Logs(ctx, id, 0, time.Time{})
 	if err != nil || !strings.Contains(logs, "the-entrypoint-spoke") || !strings.Contains(logs, "execd listening") {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -51,7 +52,7 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, id sandbox.ID, snap sandbo
 	r.mu.Lock()
 	e, err := r.getLocked(id)
 	if err == nil && e.sb.Status.State != sandbox.StateRunning {
-		err = sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::INVALID_SOURCE_STATE",
+		err = sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidSourceState,
 			fmt.Sprintf("sandbox %s is %s; only a Running sandbox can be snapshotted", id, e.sb.Status.State))
 	}
 	r.mu.Unlock()
@@ -95,7 +96,7 @@ func (r *Runtime) GetSnapshot(ctx context.Context, snap sandbox.SnapshotID) (*sa
 		return nil, err
 	}
 	if rec == nil {
-		return nil, sandbox.Coded(sandbox.ErrNotFound, "SNAPSHOT::NOT_FOUND", fmt.Sprintf("snapshot %s not found", snap))
+		return nil, sandbox.Coded(sandbox.ErrNotFound, api.CodeSnapshotNotFound, fmt.Sprintf("snapshot %s not found", snap))
 	}
 	s := rec.Snapshot
 	return &s, nil
@@ -123,10 +124,10 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snap sandbox.SnapshotID) e
 		return err
 	}
 	if rec == nil {
-		return sandbox.Coded(sandbox.ErrNotFound, "SNAPSHOT::NOT_FOUND", fmt.Sprintf("snapshot %s not found", snap))
+		return sandbox.Coded(sandbox.ErrNotFound, api.CodeSnapshotNotFound, fmt.Sprintf("snapshot %s not found", snap))
 	}
 	if rec.State == sandbox.SnapshotCreating {
-		return sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::INVALID_STATE", fmt.Sprintf("snapshot %s is still being created", snap))
+		return sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidState, fmt.Sprintf("snapshot %s is still being created", snap))
 	}
 	if rec.Image != "" {
 		if err := r.eng.removeImage(ctx, rec.Image); err != nil {
@@ -144,11 +145,11 @@ func (r *Runtime) SnapshotImage(ctx context.Context, snap sandbox.SnapshotID) (s
 	}
 	switch {
 	case rec == nil:
-		return "", sandbox.Coded(sandbox.ErrNotFound, "SNAPSHOT::NOT_FOUND", fmt.Sprintf("snapshot %s not found", snap))
+		return "", sandbox.Coded(sandbox.ErrNotFound, api.CodeSnapshotNotFound, fmt.Sprintf("snapshot %s not found", snap))
 	case rec.State != sandbox.SnapshotReady:
-		return "", sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::NOT_READY", fmt.Sprintf("snapshot %s is %s, not Ready", snap, rec.State))
+		return "", sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotNotReady, fmt.Sprintf("snapshot %s is %s, not Ready", snap, rec.State))
 	case rec.Image == "":
-		return "", sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::INVALID_RESTORE_CONFIG", fmt.Sprintf("snapshot %s has no image", snap))
+		return "", sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidRestoreConfig, fmt.Sprintf("snapshot %s has no image", snap))
 	}
 	return rec.Image, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -195,7 +196,7 @@ func storageLimit(cfg *Config, r sandbox.Resources) int64 {
 func applyStorage(cfg *Config, hc *container.HostConfig, limit int64, ociRuntime string) error {
 	p := cfg.storage
 	refuse := func(msg string) error {
-		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "ephemeral-storage: "+msg)
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "ephemeral-storage: "+msg)
 	}
 	mode := p.mode()
 	switch mode {

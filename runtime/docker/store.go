@@ -79,6 +79,10 @@ type record struct {
 	Claimed      bool   `json:"claimed,omitempty"`
 	// Claiming marks a claim begun: execd may have taken it.
 	Claiming bool `json:"claiming,omitempty"`
+	// HeldStart is the start (the engine's StartedAt) of the sandbox's
+	// container whose held entrypoint was handed over (held.go); a
+	// container that started since waits for its own hand-over.
+	HeldStart string `json:"heldStart,omitempty"`
 }
 
 // snapshotRecord is a snapshot and the image holding it.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -233,12 +234,12 @@ func (r *Runtime) PatchMetadata(ctx context.Context, id sandbox.ID, patch map[st
 
 // Pause freezes a Running sandbox.
 func (r *Runtime) Pause(ctx context.Context, id sandbox.ID) error {
-	return r.move(id, "Pause", sandbox.StateRunning, sandbox.StatePaused, "PAUSED", "DOCKER::SANDBOX_NOT_RUNNING")
+	return r.move(id, "Pause", sandbox.StateRunning, sandbox.StatePaused, "PAUSED", api.CodeDockerSandboxNotRunning)
 }
 
 // Resume thaws a Paused sandbox.
 func (r *Runtime) Resume(ctx context.Context, id sandbox.ID) error {
-	return r.move(id, "Resume", sandbox.StatePaused, sandbox.StateRunning, "RUNNING", "DOCKER::SANDBOX_NOT_PAUSED")
+	return r.move(id, "Resume", sandbox.StatePaused, sandbox.StateRunning, "RUNNING", api.CodeDockerSandboxNotPaused)
 }
 
 func (r *Runtime) move(id sandbox.ID, op string, from, to sandbox.State, reason, code string) error {
@@ -268,7 +269,7 @@ func (r *Runtime) CreateSnapshot(ctx context.Context, id sandbox.ID, snap sandbo
 		return nil, err
 	}
 	if e.sb.Status.State != sandbox.StateRunning {
-		return nil, sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::INVALID_SOURCE_STATE", fmt.Sprintf("sandbox %s is %s, not Running", id, e.sb.Status.State))
+		return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidSourceState, fmt.Sprintf("sandbox %s is %s, not Running", id, e.sb.Status.State))
 	}
 	now := time.Now()
 	s := &sandbox.Snapshot{ID: snap, SandboxID: id, Name: name, State: sandbox.SnapshotCreating, Reason: "snapshot_accepted", Since: now, CreatedAt: now}
@@ -317,7 +318,7 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snap sandbox.SnapshotID) e
 		return fmt.Errorf("snapshot %s: %w", snap, sandbox.ErrNotFound)
 	}
 	if s.State == sandbox.SnapshotCreating {
-		return sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::INVALID_STATE", fmt.Sprintf("snapshot %s is still being created", snap))
+		return sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotInvalidState, fmt.Sprintf("snapshot %s is still being created", snap))
 	}
 	delete(r.snapshots, snap)
 	return nil
@@ -330,7 +331,7 @@ func (r *Runtime) SnapshotImage(ctx context.Context, snap sandbox.SnapshotID) (s
 		return "", err
 	}
 	if s.State != sandbox.SnapshotReady {
-		return "", sandbox.Coded(sandbox.ErrConflict, "SNAPSHOT::NOT_READY", fmt.Sprintf("snapshot %s is %s", snap, s.State))
+		return "", sandbox.Coded(sandbox.ErrConflict, api.CodeSnapshotNotReady, fmt.Sprintf("snapshot %s is %s", snap, s.State))
 	}
 	return "fake/snapshot:" + string(snap), nil
 }

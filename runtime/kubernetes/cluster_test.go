@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 )
 
 // testImage is an image the test cluster holds (make k8s-up imports it).
@@ -124,7 +125,7 @@ func (e *testEnv) config(scope string) Config {
 		ImagePullPolicy: "IfNotPresent",
 		DefaultCPU:      "500m", DefaultMemory: "256Mi",
 		CPURequest: "10m", MemoryRequest: "16Mi",
-		StartTimeout: 2 * time.Minute, ScheduleTimeout: 2 * time.Second,
+		StartTimeout: max(2*time.Minute, testwait.TimeoutN(2*podStarts)), ScheduleTimeout: 2 * time.Second,
 	}
 }
 

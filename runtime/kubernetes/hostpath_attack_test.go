@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -58,7 +59,7 @@ func TestAttackHostPathSubPath(t *testing.T) {
 			case sandbox.StateFailed:
 				return "failed: " + sb.Status.Reason, fmt.Errorf("%s", sb.Status.Message)
 			case sandbox.StateRunning:
-				ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+				ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 				if err != nil {
 					return "", err
 				}

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -311,7 +312,7 @@ func (r *Runtime) secretSeen(obj any) {
 // readiness probe.
 func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 	defer r.wg.Done()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/ping"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/ping"
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	wait := 25 * time.Millisecond
 	defer func() {
@@ -416,7 +417,7 @@ func (r *Runtime) fetchPod(ctx context.Context, id sandbox.ID) *corev1.Pod {
 }
 
 func notFound(id sandbox.ID) error {
-	return sandbox.Coded(sandbox.ErrNotFound, "SANDBOX::NOT_FOUND", fmt.Sprintf("sandbox %s not found", id))
+	return sandbox.Coded(sandbox.ErrNotFound, api.CodeKubernetesSandboxNotFound, fmt.Sprintf("sandbox %s not found", id))
 }
 
 // token returns the sandbox's execd token from the informer, or "".
@@ -493,7 +494,7 @@ func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 // background; Get reports Running once its execd answers.
 func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	if r.pod(id) != nil {
-		return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+		return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSandboxAlreadyExists, fmt.Sprintf("sandbox %s already exists", id))
 	}
 	now := time.Now().UTC()
 	pod, err := podFor(&r.cfg, r.ns, id, &spec, now, "", 0)
@@ -549,7 +550,7 @@ func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod,
 	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSandboxAlreadyExists, fmt.Sprintf("sandbox %s already exists", id))
 		}
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("create the sandbox's token secret: namespace %s: %v: %w", r.ns, err, sandbox.ErrUnavailable)
@@ -566,7 +567,7 @@ func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod,
 		}
 		r.secWrite.removed(sec.Name, "")
 		if apierrors.IsAlreadyExists(err) {
-			return nil, sandbox.Coded(sandbox.ErrConflict, "SANDBOX::ALREADY_EXISTS", fmt.Sprintf("sandbox %s already exists", id))
+			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSandboxAlreadyExists, fmt.Sprintf("sandbox %s already exists", id))
 		}
 		return nil, apiError("create the sandbox's pod", err)
 	}
@@ -583,21 +584,21 @@ func apiError(doing string, err error) error {
 	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
 		kind = sandbox.ErrConflict
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", fmt.Sprintf("%s: the cluster refused it: %v", doing, err))
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, fmt.Sprintf("%s: the cluster refused it: %v", doing, err))
 	case apierrors.IsForbidden(err):
 		msg := err.Error()
 		switch {
 		case strings.Contains(msg, "exceeded quota"):
 			// Frees up as sandboxes go.
-			return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::QUOTA_EXCEEDED", fmt.Sprintf("%s: %v", doing, err))
+			return sandbox.Coded(sandbox.ErrUnavailable, api.CodeKubernetesQuotaExceeded, fmt.Sprintf("%s: %v", doing, err))
 		case strings.Contains(msg, "User \"") && strings.Contains(msg, " cannot "):
 			// This server's own permissions (RBAC).
-			return sandbox.Coded(sandbox.ErrUnavailable, "KUBERNETES::FORBIDDEN", fmt.Sprintf("%s: %v", doing, err))
+			return sandbox.Coded(sandbox.ErrUnavailable, api.CodeKubernetesForbidden, fmt.Sprintf("%s: %v", doing, err))
 		}
 		// An admission policy (Pod Security, a webhook, a validating
 		// policy, a LimitRange) refuses the pod as asked: retrying will
 		// not help.
-		return sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::POLICY_VIOLATION", fmt.Sprintf("%s: the cluster's policy refuses it: %v", doing, err))
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeKubernetesPolicyViolation, fmt.Sprintf("%s: the cluster's policy refuses it: %v", doing, err))
 	default:
 		kind = sandbox.ErrUnavailable
 	}
@@ -741,7 +742,7 @@ func (r *Runtime) PatchMetadata(ctx context.Context, id sandbox.ID, patch map[st
 // where they are not, clients use the server proxy.
 func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
 	if port < 1 || port > 65535 {
-		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, "KUBERNETES::INVALID_PORT", fmt.Sprintf("port %d is not in 1..65535", port))
+		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, api.CodeKubernetesInvalidPort, fmt.Sprintf("port %d is not in 1..65535", port))
 	}
 	var pod *corev1.Pod
 	for {
@@ -753,7 +754,7 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 			break
 		}
 		if st := r.view(pod).Status; st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated {
-			return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, "KUBERNETES::SANDBOX_NOT_RUNNING",
+			return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, api.CodeKubernetesSandboxNotRunning,
 				fmt.Sprintf("sandbox %s is %s (%s: %s) and has no address", id, st.State, st.Reason, st.Message))
 		}
 		select {
@@ -763,14 +764,14 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 		}
 	}
 	ip := pod.Status.PodIP
-	execd := net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd))
+	execd := net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))
 	token, err := r.tokenFor(ctx, id)
 	if err != nil {
 		return sandbox.Endpoint{}, err
 	}
 	headers := map[string]string{sandbox.HeaderExecdToken: token}
 	switch {
-	case port == sandbox.PortExecd:
+	case port == api.ExecdPort:
 		return sandbox.Endpoint{Address: execd, Headers: headers}, nil
 	case pod.Annotations[annSecure] == "true":
 		// Every port goes through execd's proxy, which wants the token.

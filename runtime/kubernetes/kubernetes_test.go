@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,8 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testregistry"
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
 	"github.com/opensandbox/opensandbox/sandbox"
@@ -33,7 +36,7 @@ func TestConformance(t *testing.T) {
 		Entrypoint:   testEntrypoint,
 		MissingImage: missingImage,
 		Reach:        runtimetest.ReachExecd,
-		StartTimeout: 2 * time.Minute,
+		StartTimeout: max(2*time.Minute, testwait.TimeoutN(podStarts)),
 	})
 }
 
@@ -46,8 +49,8 @@ func TestNoTokenInPodSpec(t *testing.T) {
 	if _, err := rt.Create(context.Background(), id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint}); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(context.Background(), id, sandbox.PortExecd)
+	waitState(t, rt, id, sandbox.StateRunning)
+	ep, err := rt.Endpoint(context.Background(), id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,7 @@ func TestFailuresHaveReasons(t *testing.T) {
 		huge:    {"UNSCHEDULABLE", "node affinity/selector"},
 		missing: {"IMAGE_PULL_FAILED", "127.0.0.1:1"},
 	} {
-		sb := waitFailed(t, rt, id, time.Minute)
+		sb := waitFailed(t, rt, id)
 		if sb.Status.Reason != want[0] || !strings.Contains(sb.Status.Message, want[1]) {
 			t.Errorf("sandbox %s: %s: %s; want %s mentioning %q", id, sb.Status.Reason, sb.Status.Message, want[0], want[1])
 		}
@@ -120,13 +123,13 @@ func TestFailuresHaveReasons(t *testing.T) {
 			t.Errorf("events of %s: %v, %v", id, evs, err)
 		}
 		// The leader records the failure on the pod, so it is final.
-		waitFor(t, 10*time.Second, "the failure is recorded on the pod", func() bool {
+		waitFor(t, 1, "the failure is recorded on the pod", func() bool {
 			pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
 			return err == nil && strings.Contains(pod.Annotations[annFailure], want[0])
 		})
 	}
 	// Endpoint does not wait for an address a failed sandbox never gets.
-	if _, err := rt.Endpoint(ctx, huge, sandbox.PortExecd); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := rt.Endpoint(ctx, huge, api.ExecdPort); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("Endpoint of a failed sandbox: %v, want ErrConflict", err)
 	}
 }
@@ -142,7 +145,7 @@ func TestStaleDiscardSparesClaimed(t *testing.T) {
 		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: 1, PoolMax: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "a warm pod is ready", func() bool {
+	waitFor(t, podStarts, "a warm pod is ready", func() bool {
 		info, _ := rt.GetPool(ctx, "one")
 		return info != nil && info.Status.Available == 1
 	})
@@ -165,22 +168,91 @@ func TestStaleDiscardSparesClaimed(t *testing.T) {
 	}
 }
 
-func waitFailed(t *testing.T, rt sandbox.Runtime, id sandbox.ID, timeout time.Duration) *sandbox.Sandbox {
+// podStarts is how many cold container starts one sandbox pod's start
+// is worth: the pod's sandbox, the init container that copies execd and
+// the sandbox's own container, each behind a turn of the kubelet.
+const podStarts = 6
+
+// waitState waits until a sandbox is in state, for as long as a pod's
+// start may take on this machine (see testwait); a sandbox that fails
+// instead fails the test at once. Either way the failure says what the
+// sandbox and its pod were doing.
+func waitState(t *testing.T, rt *Runtime, id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		sb, err := rt.Get(context.Background(), id)
-		if err != nil {
+	var sb *sandbox.Sandbox
+	testwait.Wait{What: fmt.Sprintf("sandbox %s to be %s", id, want), Starts: podStarts,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		var err error
+		if sb, err = rt.Get(context.Background(), id); err != nil {
+			t.Fatalf("Get(%s) while waiting for %s: %v\n%s", id, want, err, describe(rt, id))
+		}
+		if sb.Status.State == sandbox.StateFailed && want != sandbox.StateFailed {
+			t.Fatalf("sandbox %s failed while waiting for %s: %s: %s\n%s", id, want, sb.Status.Reason, sb.Status.Message, describe(rt, id))
+		}
+		return sb.Status.State == want
+	})
+	return sb
+}
+
+// waitFailed waits until a sandbox is Failed; it must stay Pending until
+// then.
+func waitFailed(t *testing.T, rt *Runtime, id sandbox.ID) *sandbox.Sandbox {
+	t.Helper()
+	var sb *sandbox.Sandbox
+	testwait.Wait{What: fmt.Sprintf("sandbox %s to fail", id), Starts: podStarts,
+		Describe: func() string { return describe(rt, id) }}.Until(t, func() bool {
+		var err error
+		if sb, err = rt.Get(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if sb.Status.State == sandbox.StateFailed {
-			return sb
+		if sb.Status.State != sandbox.StatePending && sb.Status.State != sandbox.StateFailed {
+			t.Fatalf("sandbox %s is %+v, want Pending then Failed\n%s", id, sb.Status, describe(rt, id))
 		}
-		if sb.Status.State != sandbox.StatePending || time.Now().After(deadline) {
-			t.Fatalf("sandbox %s is %+v, want Pending then Failed", id, sb.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return sb.Status.State == sandbox.StateFailed
+	})
+	return sb
+}
+
+// describe says what a sandbox is doing: its status and events as the
+// runtime has them, its log, and its pod and the pod's events as the
+// cluster has them.
+func describe(rt *Runtime, id sandbox.ID) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if sb, err := rt.Get(ctx, id); err != nil {
+		fmt.Fprintf(&b, "sandbox %s: %v\n", id, err)
+	} else {
+		fmt.Fprintf(&b, "sandbox %s: %s (%s) since %v: %s\n", id, sb.Status.State, sb.Status.Reason, sb.Status.Since, sb.Status.Message)
 	}
+	evs, err := rt.Events(ctx, id)
+	fmt.Fprintf(&b, "events (%v):\n", err)
+	for _, e := range evs {
+		fmt.Fprintf(&b, "    %s %s:%s %s\n", e.Time.Format(time.StampMilli), e.Source, e.Type, e.Message)
+	}
+	logs, err := rt.Logs(ctx, id, 30, time.Time{})
+	fmt.Fprintf(&b, "log (%v):\n%s\n", err, logs)
+	pod, err := rt.cs.CoreV1().Pods(rt.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "pod %s: %v\n", podName(id), err)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "pod %s on %q: %s, deleting %v\n", pod.Name, pod.Spec.NodeName, pod.Status.Phase, pod.DeletionTimestamp != nil)
+	for _, c := range pod.Status.Conditions {
+		fmt.Fprintf(&b, "    condition %s=%s %s %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		fmt.Fprintf(&b, "    container %s ready=%v restarts=%d state=%+v\n", cs.Name, cs.Ready, cs.RestartCount, cs.State)
+	}
+	kevs, err := rt.cs.CoreV1().Events(rt.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+	if err != nil {
+		fmt.Fprintf(&b, "pod events: %v\n", err)
+		return b.String()
+	}
+	for _, e := range kevs.Items {
+		fmt.Fprintf(&b, "    event %s %s %s: %s\n", e.LastTimestamp.Format(time.StampMilli), e.Type, e.Reason, e.Message)
+	}
+	return b.String()
 }
 
 // waitLeader waits until exactly one of rts leads, and returns it.
@@ -238,12 +310,12 @@ func TestReplicas(t *testing.T) {
 	if _, err := follower.Get(ctx, id); err != nil {
 		t.Fatalf("the other replica, right after the create: %v", err)
 	}
-	runtimetest.WaitState(t, follower, id, sandbox.StateRunning, 2*time.Minute)
+	waitState(t, follower, id, sandbox.StateRunning)
 	v := "b"
 	if _, err := follower.PatchMetadata(ctx, id, map[string]*string{"by": &v}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the leader sees the follower's patch", func() bool {
+	waitFor(t, 1, "the leader sees the follower's patch", func() bool {
 		sb, err := leader.Get(ctx, id)
 		return err == nil && sb.Metadata["by"] == "b"
 	})
@@ -259,7 +331,7 @@ func TestReplicas(t *testing.T) {
 	handover := time.Now()
 	waitLeader(t, 10*time.Second, follower)
 	t.Logf("the follower leads %v after the leader closed", time.Since(handover).Round(time.Millisecond))
-	waitFor(t, 15*time.Second, "the expired sandbox is deleted by the new leader", func() bool {
+	waitFor(t, 2, "the expired sandbox is deleted by the new leader", func() bool {
 		_, err := follower.Get(ctx, id)
 		return errors.Is(err, sandbox.ErrNotFound)
 	})
@@ -270,15 +342,11 @@ func TestReplicas(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+// waitFor waits until ok holds, for as long as starts cold container
+// starts may take on this machine (see testwait).
+func waitFor(t *testing.T, starts int, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: not yet true: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Wait{What: what, Starts: starts}.Until(t, ok)
 }
 
 // TestPoolAcrossReplicas: 100 creates at once, on two replicas, against a
@@ -299,7 +367,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 	if _, err := b.CreatePool(ctx, def); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("second CreatePool: %v, want ErrConflict", err)
 	}
-	waitFor(t, 3*time.Minute, "the pool holds 10 ready pods on both replicas", func() bool {
+	waitFor(t, 3*podStarts, "the pool holds 10 ready pods on both replicas", func() bool {
 		ia, _ := a.GetPool(ctx, "busy")
 		ib, _ := b.GetPool(ctx, "busy")
 		return ia != nil && ib != nil && ia.Status.Available == size && ib.Status.Available == size
@@ -346,11 +414,11 @@ func TestPoolAcrossReplicas(t *testing.T) {
 			t.Fatalf("sandbox %s handed out %d times", id, n)
 		}
 		// The other replica may still see the hand-over under way.
-		sb := runtimetest.WaitState(t, b, id, sandbox.StateRunning, 10*time.Second)
+		sb := waitState(t, b, id, sandbox.StateRunning)
 		if sb.Metadata["by"] != "claim" || len(sb.Entrypoint) != 2 {
 			t.Fatalf("claimed sandbox %s: %+v", id, sb)
 		}
-		ep, err := a.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, err := a.Endpoint(ctx, id, api.ExecdPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,12 +435,12 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		one = id
 		break
 	}
-	ep, _ := b.Endpoint(ctx, one, sandbox.PortExecd)
+	ep, _ := b.Endpoint(ctx, one, api.ExecdPort)
 	out := runCommand(t, ep, "echo $CLAIMED; ps")
 	if !strings.Contains(out, "yes") || !strings.Contains(out, "sleep 12345") {
 		t.Fatalf("claimed sandbox: env or entrypoint missing:\n%s", out)
 	}
-	waitFor(t, 3*time.Minute, "the pool refills to 10 ready pods", func() bool {
+	waitFor(t, 3*podStarts, "the pool refills to 10 ready pods", func() bool {
 		info, _ := b.GetPool(ctx, "busy")
 		return info != nil && info.Status.Available == size && info.Status.Allocated == size
 	})
@@ -380,7 +448,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 	if err := b.DeletePool(ctx, "busy"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "only the handed-out pods are left", func() bool {
+	waitFor(t, podStarts, "only the handed-out pods are left", func() bool {
 		pods, _ := env.cs.CoreV1().Pods(env.ns).List(ctx, metav1.ListOptions{LabelSelector: labelWarm})
 		live := 0
 		for _, p := range pods.Items {
@@ -455,8 +523,8 @@ func TestGVisor(t *testing.T) {
 		Extensions: map[string]string{extRuntimeClass: "gvisor"}}); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	waitState(t, rt, id, sandbox.StateRunning)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +544,7 @@ func TestPoolRefillsPastOnePass(t *testing.T) {
 		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: n, PoolMax: n}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Minute, "the pool fills to BufferMax", func() bool {
+	waitFor(t, 3*podStarts, "the pool fills to BufferMax", func() bool {
 		info, _ := rt.GetPool(ctx, "wide")
 		return info != nil && info.Status.Available == n
 	})
@@ -501,12 +569,12 @@ func TestExecdFromHostDir(t *testing.T) {
 	if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint}); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
+	waitState(t, rt, id, sandbox.StateRunning)
 	pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
 	if err != nil || len(pod.Spec.InitContainers) != 0 {
 		t.Fatalf("pod: %v, init containers %d", err, len(pod.Spec.InitContainers))
 	}
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +597,7 @@ func TestPullWithCredentials(t *testing.T) {
 	if _, err := rt.Create(ctx, noAuth, sandbox.Spec{Image: ref, Entrypoint: testEntrypoint}); err != nil {
 		t.Fatal(err)
 	}
-	if sb := waitFailed(t, rt, noAuth, time.Minute); sb.Status.Reason != "IMAGE_PULL_FAILED" ||
+	if sb := waitFailed(t, rt, noAuth); sb.Status.Reason != "IMAGE_PULL_FAILED" ||
 		!strings.Contains(strings.ToLower(sb.Status.Message), "unauthorized") {
 		t.Fatalf("pull without credentials: %+v", sb.Status)
 	}
@@ -539,15 +607,15 @@ func TestPullWithCredentials(t *testing.T) {
 		ImageAuth: &sandbox.RegistryAuth{Username: "osb", Password: "s3cret-pass"}}); err != nil {
 		t.Fatal(err)
 	}
-	runtimetest.WaitState(t, rt, id, sandbox.StateRunning, 2*time.Minute)
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	waitState(t, rt, id, sandbox.StateRunning)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out := runCommand(t, ep, "echo pulled"); !strings.Contains(out, "pulled") {
 		t.Fatalf("command: %s", out)
 	}
-	waitFor(t, 30*time.Second, "the registry credentials are removed once the image is pulled", func() bool {
+	waitFor(t, podStarts, "the registry credentials are removed once the image is pulled", func() bool {
 		_, err := env.cs.CoreV1().Secrets(env.ns).Get(ctx, pullSecretName(id), metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -75,7 +74,7 @@ func TestHostSizeFromNodes(t *testing.T) {
 	rt := env.runtime(t, env.config("size-"+randomSuffix()))
 	ctx := context.Background()
 	var got sandbox.HostSize
-	waitFor(t, 30*time.Second, "the node informer to sync", func() bool {
+	waitFor(t, podStarts, "the node informer to sync", func() bool {
 		var err error
 		got, err = rt.HostSize(ctx)
 		return err == nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -112,7 +113,7 @@ func newToken() string {
 }
 
 func invalid(msg string) error {
-	return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", msg)
+	return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, msg)
 }
 
 // podFor builds the pod of a sandbox. It is pure: the same input gives the
@@ -149,7 +150,7 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		}
 		key := annExtensions + "." + suffix
 		if errs := validation.IsQualifiedName(key); suffix == "" || len(errs) > 0 {
-			return nil, sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER",
+			return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 				fmt.Sprintf("extensions[%q]: becomes pod annotation %q, which Kubernetes refuses: %s", k, key, strings.Join(errs, "; ")))
 		}
 		ann[key] = spec.Extensions[k]
@@ -262,13 +263,13 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		Command:         []string{execdInSandbox},
 		Args:            args,
 		Env:             env,
-		Ports:           []corev1.ContainerPort{{Name: "execd", ContainerPort: sandbox.PortExecd, Protocol: corev1.ProtocolTCP}},
+		Ports:           []corev1.ContainerPort{{Name: "execd", ContainerPort: api.ExecdPort, Protocol: corev1.ProtocolTCP}},
 		// The kubelet's view of "execd answers": execd listens once it
 		// serves (every route, /ping too, wants the token, which the
 		// kubelet has not). The runtime also asks execd's /ping itself,
 		// so a sandbox is Running before the probe's next period.
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(sandbox.PortExecd)}},
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(api.ExecdPort)}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   1,
 			FailureThreshold: 3,
@@ -431,7 +432,7 @@ func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.
 			}
 		}
 		if root == "" {
-			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::HOST_PATH_NOT_ALLOWED",
+			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumeHostPathNotAllowed,
 				fmt.Sprintf("volume %s: host path %s is not under the server's host_volume_allowlist", v.Name, full))
 		}
 		mount.SubPath = strings.TrimPrefix(strings.TrimPrefix(full, root), "/")
@@ -439,7 +440,7 @@ func volumeFor(i int, allow []string, v *sandbox.Volume) (corev1.Volume, corev1.
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: root, Type: &t}}}, mount, nil
 	case v.Claim != nil:
 		if errs := validation.IsDNS1123Subdomain(v.Claim.Name); len(errs) > 0 {
-			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_NAME",
+			return corev1.Volume{}, mount, sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumeInvalidName,
 				fmt.Sprintf("volume %s: claim name %q: %s", v.Name, v.Claim.Name, strings.Join(errs, "; ")))
 		}
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{

@@ -98,11 +98,11 @@ func (r *Runtime) wakePools() {
 }
 
 func poolNotFound(name string) error {
-	return sandbox.Coded(sandbox.ErrNotFound, "POOL::NOT_FOUND", fmt.Sprintf("pool %s not found", name))
+	return sandbox.Coded(sandbox.ErrNotFound, api.CodePoolNotFound, fmt.Sprintf("pool %s not found", name))
 }
 
 func poolInvalid(msg string) error {
-	return sandbox.Coded(sandbox.ErrInvalid, "POOL::INVALID_PARAMETER", msg)
+	return sandbox.Coded(sandbox.ErrInvalid, api.CodePoolInvalidParameter, msg)
 }
 
 // checkPool refuses a pool that cannot work: sandbox's rules, a name
@@ -233,7 +233,7 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	cm, err := r.cs.CoreV1().ConfigMaps(r.ns).Create(ctx, r.poolConfigMap(&p), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, sandbox.Coded(sandbox.ErrConflict, "POOL::ALREADY_EXISTS", fmt.Sprintf("pool %s already exists", p.Name))
+			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodePoolAlreadyExists, fmt.Sprintf("pool %s already exists", p.Name))
 		}
 		return nil, apiError("store pool "+p.Name, err)
 	}
@@ -589,7 +589,7 @@ func (r *Runtime) claimExecd(ctx context.Context, ip, oldToken string, claim api
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(sandbox.PortExecd)) + "/claim"
+	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/claim"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -604,7 +604,7 @@ func (r *Runtime) claimExecd(ctx context.Context, ip, oldToken string, claim api
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	switch {
 	case resp.StatusCode == http.StatusBadRequest:
-		return sandbox.Coded(sandbox.ErrInvalid, "SANDBOX::INVALID_PARAMETER", "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("claim through execd: %s: %s", resp.Status, msg)
 	}

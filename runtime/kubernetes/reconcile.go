@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -166,7 +167,7 @@ func claimFor(cfg *Config, ns string, id sandbox.ID, c *sandbox.Claim) (*corev1.
 	}
 	q, err := resource.ParseQuantity(size)
 	if err != nil {
-		return nil, sandbox.Coded(sandbox.ErrInvalid, "VOLUME::INVALID_SIZE", fmt.Sprintf("volume claim %s: size %q is not a quantity", c.Name, c.Size))
+		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeVolumeInvalidSize, fmt.Sprintf("volume claim %s: size %q is not a quantity", c.Name, c.Size))
 	}
 	modes := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	if len(c.AccessModes) > 0 {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -45,26 +46,19 @@ func TestStorageLimitEviction(t *testing.T) {
 	// The kubelet looks every 10 s, from stats it refreshes about as
 	// often.
 	start := time.Now()
-	deadline := time.Now().Add(3 * time.Minute)
 	var sb *sandbox.Sandbox
-	for {
-		sb, err = rt.Get(ctx, over)
-		if err != nil {
+	testwait.Wait{What: "a sandbox writing 256 MB past its 64 MiB limit to be evicted", Starts: 3 * podStarts, Every: 200 * time.Millisecond,
+		Describe: func() string { return describe(rt, over) }}.Until(t, func() bool {
+		if sb, err = rt.Get(ctx, over); err != nil {
 			t.Fatal(err)
 		}
-		if sb.Status.State == sandbox.StateFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a sandbox writing 256 MB past its 64 MiB limit is still %+v after 3 minutes", sb.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return sb.Status.State == sandbox.StateFailed
+	})
 	t.Logf("evicted after %v: %s: %s", time.Since(start).Round(time.Second), sb.Status.Reason, sb.Status.Message)
 	if sb.Status.Reason != "DISK_LIMIT_EXCEEDED" || !strings.Contains(sb.Status.Message, "64Mi") {
 		t.Fatalf("status %+v, want DISK_LIMIT_EXCEEDED with the kubelet's message", sb.Status)
 	}
-	waitFor(t, 30*time.Second, "the failure is recorded on the pod", func() bool {
+	waitFor(t, podStarts, "the failure is recorded on the pod", func() bool {
 		pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(over), metav1.GetOptions{})
 		return err == nil && strings.Contains(pod.Annotations[annFailure], "DISK_LIMIT_EXCEEDED")
 	})

@@ -122,7 +122,7 @@ func (s *suite) lifecycle(t *testing.T) {
 	if !found {
 		t.Fatalf("List does not contain %s", id)
 	}
-	ep, err := rt.Endpoint(ctx, id, sandbox.PortExecd)
+	ep, err := rt.Endpoint(ctx, id, api.ExecdPort)
 	if err != nil {
 		t.Fatalf("Endpoint: %v", err)
 	}
@@ -154,7 +154,7 @@ func (s *suite) endpointWhileStarting(t *testing.T) {
 	id := s.create(t, rt, s.spec())
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StartTimeout)
 	defer cancel()
-	for _, port := range []int{sandbox.PortExecd, sandbox.PortEgress} {
+	for _, port := range []int{api.ExecdPort, sandbox.PortEgress} {
 		if ep, err := rt.Endpoint(ctx, id, port); err != nil || ep.Address == "" {
 			t.Fatalf("Endpoint(%d) right after Create = %+v, %v", port, ep, err)
 		}
@@ -201,7 +201,7 @@ func (s *suite) notFound(t *testing.T) {
 	checks := map[string]error{}
 	_, checks["Get"] = rt.Get(ctx, id)
 	checks["Delete"] = rt.Delete(ctx, id)
-	_, checks["Endpoint"] = rt.Endpoint(ctx, id, sandbox.PortExecd)
+	_, checks["Endpoint"] = rt.Endpoint(ctx, id, api.ExecdPort)
 	checks["SetExpiry"] = rt.SetExpiry(ctx, id, nil)
 	_, checks["PatchMetadata"] = rt.PatchMetadata(ctx, id, nil)
 	if p, ok := rt.(sandbox.Pauser); ok {
@@ -281,7 +281,7 @@ func (s *suite) pauseResume(t *testing.T) {
 		t.Fatalf("after Resume: %s", sb.Status.State)
 	}
 	if s.opts.Reach != nil {
-		ep, _ := rt.Endpoint(ctx, id, sandbox.PortExecd)
+		ep, _ := rt.Endpoint(ctx, id, api.ExecdPort)
 		s.opts.Reach(t, ep)
 	}
 	rt.Delete(ctx, id)

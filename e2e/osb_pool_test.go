@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/opensandbox/opensandbox/api"
+)
+
+// TestOSBPool drives every `osb pool` command and `osb sandbox create
+// --pool` through the real binary against a real server, in each output
+// format.
+func TestOSBPool(t *testing.T) {
+	s := startServer(t, serverOptions{})
+
+	type poolDoc struct {
+		Name     string
+		Template struct {
+			Image          string
+			Entrypoint     []string
+			EnvNames       []string          `json:"env_names"`
+			ResourceLimits map[string]string `json:"resource_limits"`
+		}
+		Capacity struct {
+			BufferMin int `json:"buffer_min"`
+			BufferMax int `json:"buffer_max"`
+			PoolMin   int `json:"pool_min"`
+			PoolMax   int `json:"pool_max"`
+		}
+		Status *struct {
+			Available int
+			Allocated int
+			Claims    int
+			Revision  string
+			Error     *string
+		}
+	}
+	// --wait returns once bufferMin sandboxes are ready; the template's
+	// environment is shown by names, never by values.
+	const secret = "osb-pool-secret-5e1d"
+	var p poolDoc
+	r := s.osb("pool", "create", "py", "-i", busyboxImage, "--entrypoint", "sleep", "--entrypoint", "1000000",
+		"-e", "TOKEN="+secret, "-e", "MODE=pool", "--resource", "cpu=500m", "--resource", "memory=128Mi",
+		"--buffer-min", "1", "--buffer-max", "1", "--pool-max", "3", "--wait", "-o", "json")
+	r.json(t, &p)
+	if p.Name != "py" || p.Template.Image != busyboxImage || strings.Join(p.Template.Entrypoint, " ") != "sleep 1000000" ||
+		strings.Join(p.Template.EnvNames, ",") != "MODE,TOKEN" || p.Template.ResourceLimits["memory"] != "128Mi" ||
+		p.Capacity.PoolMax != 3 || p.Status == nil || p.Status.Available != 1 {
+		t.Fatalf("create: %+v", p)
+	}
+	if strings.Contains(r.out, secret) {
+		t.Errorf("create printed an environment value:\n%s", r.out)
+	}
+
+	// Table and YAML.
+	out := s.osb("pool", "get", "py").ok(t)
+	for _, want := range []string{"Pool Info", "py", busyboxImage, "MODE TOKEN", "cpu=500m memory=128Mi", "1-1 ready", "0-3 sandboxes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("get (table) lacks %q:\n%s", want, out)
+		}
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(s.osb("pool", "get", "py", "-o", "yaml").ok(t)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["name"] != "py" || doc["capacity"].(map[string]any)["pool_max"] != 3 {
+		t.Errorf("get (yaml): %v", doc)
+	}
+	out = s.osb("pool", "list").ok(t)
+	if !strings.Contains(out, "py") || !strings.Contains(out, "1/1") || strings.Contains(out, secret) {
+		t.Errorf("list (table):\n%s", out)
+	}
+	var list struct{ Items []poolDoc }
+	s.osb("pool", "ls", "-o", "json").json(t, &list)
+	if len(list.Items) != 1 || list.Items[0].Name != "py" {
+		t.Errorf("list (json): %+v", list)
+	}
+
+	// A sandbox from the pool gets the template's env with its own over
+	// it, and the pool counts the claim.
+	var created struct{ ID, Status, Image, Pool string }
+	s.osb("sandbox", "create", "--pool", "py", "-e", "MODE=mine", "-o", "json").json(t, &created)
+	if created.ID == "" || created.Status != "running" || created.Pool != "py" || created.Image != busyboxImage {
+		t.Fatalf("create --pool: %+v", created)
+	}
+	if out := s.osb("exec", created.ID, "--", "sh", "-c", "echo $MODE $TOKEN").ok(t); out != "mine "+secret+"\n" {
+		t.Errorf("the pooled sandbox's environment: %q", out)
+	}
+	s.osb("pool", "get", "py", "-o", "json").json(t, &p)
+	if p.Status.Claims != 1 || p.Status.Allocated != 1 {
+		t.Errorf("after the claim: %+v", *p.Status)
+	}
+
+	// Update: capacity alone keeps the template and its revision; an env
+	// change makes a new revision and keeps the other variables.
+	rev := p.Status.Revision
+	s.osb("pool", "update", "py", "--buffer-max", "2", "--buffer-min", "2", "-o", "json").json(t, &p)
+	if p.Capacity.BufferMax != 2 || p.Capacity.PoolMax != 3 || p.Template.Image != busyboxImage || p.Status.Revision != rev {
+		t.Errorf("capacity update: %+v", p)
+	}
+	s.osb("pool", "update", "py", "--unset-env", "MODE", "-e", "EXTRA=1", "--wait", "-o", "json").json(t, &p)
+	if strings.Join(p.Template.EnvNames, ",") != "EXTRA,TOKEN" || p.Status.Revision == rev || p.Status.Available < 2 {
+		t.Errorf("template update: %+v %+v", p, p.Status)
+	}
+	var again struct{ ID string }
+	s.osb("sandbox", "create", "--pool", "py", "-o", "json").json(t, &again)
+	if out := s.osb("exec", again.ID, "--", "sh", "-c", `echo "${MODE:-none} $EXTRA $TOKEN"`).ok(t); out != "none 1 "+secret+"\n" {
+		t.Errorf("a sandbox of the new revision: %q", out)
+	}
+
+	// Mistakes.
+	s.osb("pool", "update", "py").fails(t, 2, "nothing to change")
+	s.osb("pool", "update", "py", "--unset-env", "NOPE").fails(t, 1, "no such variable")
+	s.osb("pool", "create", "x", "--pool-max", "1").fails(t, 2, "--image is required")
+	s.osb("pool", "create", "x", "-i", busyboxImage).fails(t, 2, "--pool-max is required")
+	s.osb("pool", "create", "py", "-i", busyboxImage, "--pool-max", "1").fails(t, 1, api.CodePoolAlreadyExists)
+	s.osb("pool", "create", "x", "-i", busyboxImage, "--buffer-max", "5", "--pool-max", "1").fails(t, 1, "bufferMax (5) must not exceed poolMax (1)")
+	s.osb("pool", "get", "nope").fails(t, 1, api.CodePoolNotFound)
+	s.osb("sandbox", "create", "--pool", "nope").fails(t, 1, api.CodePoolNotFound)
+	s.osb("sandbox", "create", "--pool", "py", "--snapshot-id", "s").fails(t, 2, "--snapshot-id and --pool")
+
+	// Delete leaves what the pool handed out.
+	if out := s.osb("pool", "delete", "py").ok(t); !strings.Contains(out, "Pool deleted: py") {
+		t.Errorf("delete: %q", out)
+	}
+	s.osb("pool", "get", "py").fails(t, 1, api.CodePoolNotFound)
+	if out := s.osb("pool", "list").ok(t); !strings.Contains(out, "No pools found.") {
+		t.Errorf("empty list: %q", out)
+	}
+	if out := s.osb("exec", created.ID, "--", "echo", "alive").ok(t); out != "alive\n" {
+		t.Errorf("a handed-out sandbox after its pool's deletion: %q", out)
+	}
+}
