@@ -1,17 +1,15 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -79,45 +77,15 @@ func (r *Runtime) handOverEntrypoint(ctx context.Context, id sandbox.ID, info co
 	if err := json.Unmarshal([]byte(info.Labels[labelEntrypoint]), &argv); err != nil || len(argv) == 0 {
 		return &failure{"INVALID_CONFIGURATION", fmt.Sprintf("the container's entrypoint label %q is not an entrypoint", info.Labels[labelEntrypoint])}
 	}
-	body, err := json.Marshal(api.ClaimRequest{Token: token, Entrypoint: argv})
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, execdURL(execdAddr)+"/claim", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set(sandbox.HeaderExecdToken, token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := heldClient.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &failure{"ENTRYPOINT_NOT_STARTED", fmt.Sprintf("hand the entrypoint to execd: %v", err)}
-	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
+	err := warmpool.ClaimExecd(ctx, heldClient, execdURL(execdAddr), token, api.ClaimRequest{Token: token, Entrypoint: argv})
 	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusConflict && handedAlready(msg):
+	case errors.Is(err, warmpool.ErrClaimed):
 		r.log.Info("the held entrypoint had been handed over already", "sandbox", id)
-	default:
-		return &failure{"ENTRYPOINT_NOT_STARTED", fmt.Sprintf("hand the entrypoint to execd: %s: %s", resp.Status, bytes.TrimSpace(msg))}
+	case err != nil:
+		return &failure{"ENTRYPOINT_NOT_STARTED", fmt.Sprintf("hand the entrypoint to execd: %v", err)}
 	}
 	r.log.Debug("entrypoint handed over", "sandbox", id, "held", time.Since(start), "measured", measured)
 	return nil
-}
-
-// handedAlready reports whether execd's 409 to a claim says that it took
-// one already, or runs an entrypoint already: either way this start of
-// the container has its entrypoint.
-func handedAlready(body []byte) bool {
-	var e api.ErrorResponse
-	if json.Unmarshal(body, &e) != nil {
-		return false
-	}
-	return strings.Contains(e.Message, "claimed already") || strings.Contains(e.Message, "already has an entrypoint")
 }
 
 // needsHandOver inspects the running container of a held sandbox and

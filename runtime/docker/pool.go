@@ -1,63 +1,34 @@
 package docker
 
 import (
-	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 var _ sandbox.Pooler = (*Runtime)(nil)
 
-// Warm pool tuning.
-const (
-	// poolTick is how often the pool loop looks at every pool, besides
-	// the wake-ups that claims and changes send it.
-	poolTick = time.Second
-	// maxParallelStarts bounds the warm sandboxes of one pool being
-	// started at once, so that a big refill does not swamp the engine
-	// that cold creates use too.
-	maxParallelStarts = 8
-	// maxPoolBackoff is the longest a pool whose sandboxes fail to start
-	// waits before it tries again.
-	maxPoolBackoff = time.Minute
-	// claimTries is how many warm sandboxes a claim tries before it gives
-	// up and lets the create go cold.
-	claimTries = 3
-)
+// poolTick is how often the pool loop looks at every pool, besides the
+// wake-ups that claims and changes send it.
+const poolTick = time.Second
 
-// poolState is a pool and what the runtime counts about it. Guarded by
-// Runtime.mu.
+// poolState is a pool and the policy's memory of it. def is guarded by
+// Runtime.mu, and replaced (never changed) by UpdatePool.
 type poolState struct {
-	def    sandbox.Pool
-	claims uint64
-	misses uint64
-	// failures counts warm sandboxes that failed to start in a row;
-	// retryAt is when the next may be tried; lastErr says why the last
-	// failed.
-	failures    int
-	retryAt     time.Time
-	lastFailure time.Time
-	lastErr     string
-	// refilling is set when the pool's idle sandboxes fell below
-	// BufferMin, and cleared when they are back at BufferMax: starts are
-	// bounded per pass, so a refill takes several passes.
-	refilling bool
+	def     sandbox.Pool
+	tracker *warmpool.Tracker
 }
 
 // claimClient calls execd's /claim; it never goes through a proxy.
 var claimClient = &http.Client{
-	Timeout:   10 * time.Second,
 	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
 }
 
@@ -70,7 +41,7 @@ func (r *Runtime) loadPools() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range defs {
-		r.pools[p.Name] = &poolState{def: *p}
+		r.pools[p.Name] = &poolState{def: *p, tracker: warmpool.NewTracker()}
 	}
 	return nil
 }
@@ -108,13 +79,13 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	r.mu.Lock()
 	if _, ok := r.pools[p.Name]; ok {
 		r.mu.Unlock()
-		return nil, sandbox.Coded(sandbox.ErrConflict, api.CodePoolAlreadyExists, fmt.Sprintf("pool %s already exists", p.Name))
+		return nil, warmpool.Exists(p.Name)
 	}
 	if err := r.st.putPool(&p); err != nil {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("record pool %s: %w", p.Name, err)
 	}
-	ps := &poolState{def: p}
+	ps := &poolState{def: p, tracker: warmpool.NewTracker()}
 	r.pools[p.Name] = ps
 	info := r.poolInfoLocked(ps)
 	r.mu.Unlock()
@@ -124,7 +95,8 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 }
 
 // UpdatePool changes a pool's template and capacity; a new template gets
-// a new revision, and warm sandboxes of the old one are replaced.
+// a new revision, and warm sandboxes of the old one are replaced (the
+// old revision's failures are forgotten once the pool loop reads it).
 func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.PoolInfo, error) {
 	if err := r.checkPool(&p); err != nil {
 		return nil, err
@@ -133,13 +105,12 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	ps, ok := r.pools[p.Name]
 	if !ok {
 		r.mu.Unlock()
-		return nil, poolNotFound(p.Name)
+		return nil, warmpool.NotFound(p.Name)
 	}
 	p.CreatedAt, p.Revision = ps.def.CreatedAt, ps.def.Revision
 	p.FromConfig = p.FromConfig || ps.def.FromConfig
 	if !sandbox.SameMembers(&ps.def.Template, &p.Template) {
 		p.Revision++
-		ps.failures, ps.lastErr, ps.retryAt = 0, "", time.Time{}
 	}
 	if err := r.st.putPool(&p); err != nil {
 		r.mu.Unlock()
@@ -152,17 +123,13 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	return info, nil
 }
 
-func poolNotFound(name string) error {
-	return sandbox.Coded(sandbox.ErrNotFound, api.CodePoolNotFound, fmt.Sprintf("pool %s not found", name))
-}
-
 // GetPool returns a pool with its status.
 func (r *Runtime) GetPool(ctx context.Context, name string) (*sandbox.PoolInfo, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ps, ok := r.pools[name]
 	if !ok {
-		return nil, poolNotFound(name)
+		return nil, warmpool.NotFound(name)
 	}
 	return r.poolInfoLocked(ps), nil
 }
@@ -184,7 +151,7 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 	r.mu.Lock()
 	if _, ok := r.pools[name]; !ok {
 		r.mu.Unlock()
-		return poolNotFound(name)
+		return warmpool.NotFound(name)
 	}
 	if err := r.st.deletePool(name); err != nil {
 		r.mu.Unlock()
@@ -207,25 +174,7 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 func (r *Runtime) poolInfoLocked(ps *poolState) *sandbox.PoolInfo {
 	info := &sandbox.PoolInfo{Pool: ps.def}
 	info.Template = cloneSpec(&ps.def.Template)
-	st := &info.Status
-	for _, e := range r.byID {
-		if e.deleting || e.from != ps.def.Name {
-			continue
-		}
-		state := e.sb.Status.State
-		switch {
-		case state == sandbox.StateFailed || state == sandbox.StateTerminated || state == sandbox.StateUnknown:
-			// Gone or going: neither ready nor anyone's.
-		case e.pool == "" || e.claiming:
-			st.Allocated++
-		case state == sandbox.StatePending:
-			st.Starting++
-		case state == sandbox.StateRunning && e.revision == ps.def.Revision:
-			st.Available++
-		}
-	}
-	st.Total = st.Allocated + st.Available + st.Starting
-	st.Claims, st.Misses, st.Error = ps.claims, ps.misses, ps.lastErr
+	info.Status = ps.tracker.Status(&ps.def, r.membersLocked(ps.def.Name))
 	return info
 }
 
@@ -237,107 +186,83 @@ func cloneSpec(s *sandbox.Spec) sandbox.Spec {
 }
 
 // Claim hands out a warm sandbox: of pool when it is named, else of the
-// first pool (by name) whose template matches spec.
+// first pool (by name) whose template matches spec. warmpool.Claim says
+// which, and what a failed hand-over does.
 func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*sandbox.Sandbox, error) {
-	start := time.Now()
-	for try := 0; try < claimTries; try++ {
-		r.mu.Lock()
-		var candidates []*poolState
-		if pool != "" {
-			ps, ok := r.pools[pool]
-			if !ok {
-				r.mu.Unlock()
-				return nil, poolNotFound(pool)
-			}
-			if !ps.def.Satisfies(&spec, extRuntime) {
-				ps.misses++
-				r.mu.Unlock()
-				r.cfg.Observer.PoolClaim(pool, false)
-				return nil, sandbox.ErrPoolEmpty
-			}
-			candidates = []*poolState{ps}
-		} else {
-			for _, name := range slices.Sorted(maps.Keys(r.pools)) {
-				if ps := r.pools[name]; ps.def.Matches(&spec, extRuntime) {
-					candidates = append(candidates, ps)
-				}
-			}
-		}
-		var e *entry
-		var ps *poolState
-		for _, c := range candidates {
-			if e = r.pickLocked(c); e != nil {
-				ps = c
-				break
-			}
-		}
-		if e == nil {
-			if len(candidates) > 0 {
-				candidates[0].misses++
-				r.cfg.Observer.PoolClaim(candidates[0].def.Name, false)
-			}
-			r.mu.Unlock()
-			r.wakePools()
-			return nil, sandbox.ErrPoolEmpty
-		}
-		e.claiming = true
-		def := ps.def
-		r.mu.Unlock()
-		r.wakePools() // refill meanwhile
-
-		sb, err := r.handOver(ctx, e, &def, &spec)
-		if err == nil {
-			r.mu.Lock()
-			ps.claims++
-			r.mu.Unlock()
-			r.cfg.Observer.PoolClaim(def.Name, true)
-			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
-			return sb, nil
-		}
-		if errors.Is(err, sandbox.ErrInvalid) {
-			// The request, not the sandbox, was at fault: it stays warm,
-			// its claim marker cleared.
-			r.recMu.Lock()
-			if uerr := r.st.updateRecord(e.sb.ID, func(rec *record) { rec.Claiming = false }); uerr != nil {
-				r.log.Warn("clear claim marker", "sandbox", e.sb.ID, "err", uerr)
-			}
-			r.recMu.Unlock()
-			r.mu.Lock()
-			e.claiming = false
-			r.mu.Unlock()
-			return nil, err
-		}
-		r.mu.Lock()
-		r.log.Warn("warm sandbox could not be claimed; trying another", "pool", def.Name, "sandbox", e.sb.ID, "err", err)
-		// Never unmarked before it is marked deleting: no other claim may
-		// take it in between.
-		r.discardLocked(e, "it could not be claimed")
-		if try == claimTries-1 {
-			ps.misses++
-			r.cfg.Observer.PoolClaim(def.Name, false)
-		}
-		r.mu.Unlock()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	r.mu.Lock()
+	pools := make([]warmpool.Candidate, 0, len(r.pools))
+	for _, name := range slices.Sorted(maps.Keys(r.pools)) {
+		ps := r.pools[name]
+		def := ps.def // replaced, never changed, by UpdatePool
+		pools = append(pools, warmpool.Candidate{Pool: &def, Tracker: ps.tracker})
 	}
-	return nil, sandbox.ErrPoolEmpty
+	r.mu.Unlock()
+	defer r.wakePools()
+	return warmpool.Claim(ctx, claimer{r}, pools, pool, &spec, r.cfg.Observer, extRuntime)
 }
 
-// pickLocked returns the oldest ready warm sandbox of ps, or nil. r.mu
-// must be held.
-func (r *Runtime) pickLocked(ps *poolState) *entry {
-	var best *entry
+// claimer is the runtime as warmpool.Claim uses it.
+type claimer struct{ r *Runtime }
+
+func (c claimer) Members(def *sandbox.Pool) []warmpool.Member {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return c.r.membersLocked(def.Name)
+}
+
+// HandOver takes the warm sandbox m, if it still is one, marking it
+// claiming under r.mu so that no other claim can, and hands it over. A
+// request execd refused leaves it warm again.
+func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Member, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
+	r := c.r
+	r.mu.Lock()
+	e := r.byID[m.ID]
+	if e == nil || e.deleting || e.claiming || e.pool != def.Name || e.revision != def.Revision || e.sb.Status.State != sandbox.StateRunning {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s: %w", m.ID, warmpool.ErrLost)
+	}
+	e.claiming = true
+	r.mu.Unlock()
+	r.wakePools() // refill meanwhile
+
+	sb, err := r.handOver(ctx, e, def, spec)
+	if errors.Is(err, sandbox.ErrInvalid) {
+		// The request, not the sandbox, was at fault: it stays warm, its
+		// claim marker cleared.
+		r.recMu.Lock()
+		if uerr := r.st.updateRecord(e.sb.ID, func(rec *record) { rec.Claiming = false }); uerr != nil {
+			r.log.Warn("clear claim marker", "sandbox", e.sb.ID, "err", uerr)
+		}
+		r.recMu.Unlock()
+		r.mu.Lock()
+		e.claiming = false
+		r.mu.Unlock()
+	}
+	return sb, err
+}
+
+// Discard removes a warm sandbox whose hand-over failed. It is still
+// marked claiming, so no other claim took it meanwhile.
+func (c claimer) Discard(ctx context.Context, id sandbox.ID, why string) {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	if e := c.r.byID[id]; e != nil {
+		c.r.discardLocked(e, why)
+	}
+}
+
+// membersLocked lists the sandboxes pool started, handed out or not, for
+// the pool policy. r.mu must be held.
+func (r *Runtime) membersLocked(pool string) []warmpool.Member {
+	var out []warmpool.Member
 	for _, e := range r.byID {
-		if e.pool != ps.def.Name || e.deleting || e.claiming || e.revision != ps.def.Revision ||
-			e.sb.Status.State != sandbox.StateRunning {
+		if e.from != pool || e.deleting {
 			continue
 		}
-		if best == nil || e.sb.CreatedAt.Before(best.sb.CreatedAt) {
-			best = e
-		}
+		out = append(out, warmpool.Member{ID: e.sb.ID, Revision: e.revision, Created: e.sb.CreatedAt,
+			Status: e.sb.Status, HandedOut: e.pool == "" || e.claiming})
 	}
-	return best
+	return out
 }
 
 // handOver gives the claimed warm sandbox e its user's settings: a fresh
@@ -353,36 +278,18 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 		entrypoint = def.Template.Entrypoint
 	}
 	token := newToken()
-	body, err := json.Marshal(api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint})
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, execdURL(addr)+"/claim", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set(sandbox.HeaderExecdToken, oldToken)
-	req.Header.Set("Content-Type", "application/json")
 	// Recorded first: a restart that finds a claim begun and not finished
 	// cannot tell whether execd took it, so it removes the sandbox rather
 	// than hand it out again (see restore).
 	r.recMu.Lock()
-	err = r.st.updateRecord(id, func(rec *record) { rec.Claiming = true })
+	err := r.st.updateRecord(id, func(rec *record) { rec.Claiming = true })
 	r.recMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("record the claim: %w", err)
 	}
-	resp, err := claimClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("claim through execd: %w", err)
-	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusBadRequest:
-		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+string(msg))
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("claim through execd: %s: %s", resp.Status, msg)
+	if err := warmpool.ClaimExecd(ctx, claimClient, execdURL(addr), oldToken,
+		api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint}); err != nil {
+		return nil, err
 	}
 
 	now := time.Now().UTC()
@@ -409,11 +316,8 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 	})
 	if err != nil {
 		// The index has it as claimed, the store may not: it cannot be
-		// trusted to anyone.
-		r.mu.Lock()
-		r.discardLocked(e, "its claim could not be recorded")
-		r.mu.Unlock()
-		return nil, err
+		// trusted to anyone, and the claim discards it.
+		return nil, fmt.Errorf("record the claimed sandbox: %w", err)
 	}
 	r.log.Info("sandbox claimed from pool", "sandbox", id, "pool", def.Name)
 	return sb, nil
@@ -466,110 +370,36 @@ func (r *Runtime) poolLoop() {
 	}
 }
 
-// tendPools looks at every pool once: warm sandboxes that failed are
-// removed (and the pool backs off), those of an old template or beyond
-// bufferMax are removed, and new ones are started to bring the buffer
-// back to bufferMax once it fell below bufferMin, and the pool to poolMin.
+// tendPools looks at every pool once, as warmpool's Plan decides: warm
+// sandboxes that failed, are of an old template or beyond bufferMax are
+// removed, and new ones started; warm sandboxes of deleted pools go too.
 func (r *Runtime) tendPools() {
 	now := time.Now()
 	type start struct {
-		def sandbox.Pool
-		n   int
+		def     sandbox.Pool
+		tracker *warmpool.Tracker
+		n       int
 	}
 	var starts []start
-	var drop []*entry
 	r.mu.Lock()
 	for _, e := range r.byID {
 		if e.pool != "" && !e.deleting && !e.claiming && r.pools[e.pool] == nil {
-			drop = append(drop, e) // its pool was deleted while it started
+			r.discardLocked(e, "its pool was deleted")
 		}
 	}
 	for _, ps := range r.pools {
-		name := ps.def.Name
-		var available []*entry
-		starting, staleStarting, allocated := 0, 0, 0
-		recovered := false
-		for _, e := range r.byID {
-			if e.deleting {
-				continue
-			}
-			st := e.sb.Status
-			failed := st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated || st.State == sandbox.StateUnknown
-			if e.pool == "" || e.claiming {
-				if e.from == name && !failed {
-					allocated++ // handed out (or being) and alive
-				}
-				continue
-			}
-			if e.pool != name {
-				continue
-			}
-			switch {
-			case failed:
-				if e.revision == ps.def.Revision {
-					ps.failures++
-					ps.lastFailure = now
-					ps.lastErr = cmp.Or(st.Reason+": "+st.Message, st.Reason)
-					ps.retryAt = now.Add(backoff(ps.failures))
-				}
-				drop = append(drop, e)
-			case e.revision != ps.def.Revision:
-				if st.State == sandbox.StatePending {
-					staleStarting++ // removed once it has started
-				} else {
-					drop = append(drop, e)
-				}
-			case st.State == sandbox.StatePending:
-				starting++
-			case st.State == sandbox.StateRunning:
-				available = append(available, e)
-				if st.Since.After(ps.lastFailure) {
-					recovered = true
-				}
-			}
+		plan := ps.tracker.Plan(&ps.def, r.membersLocked(ps.def.Name), now)
+		for _, rm := range plan.Remove {
+			// Plan removes only warm sandboxes no claim is taking, and r.mu
+			// has been held since it listed them.
+			r.discardLocked(r.byID[rm.ID], rm.Why)
 		}
-		if recovered && ps.failures > 0 {
-			// A sandbox started after the last failure: the pool works.
-			ps.failures, ps.lastErr, ps.retryAt = 0, "", time.Time{}
-		}
-		c := ps.def.Capacity
-		if extra := len(available) - c.BufferMax; extra > 0 {
-			// Shrunk: the newest go, the oldest stay ready.
-			slices.SortFunc(available, func(a, b *entry) int { return b.sb.CreatedAt.Compare(a.sb.CreatedAt) })
-			drop = append(drop, available[:extra]...)
-			available = available[extra:]
-		}
-		have := len(available) + starting
-		total := allocated + have + staleStarting
-		if have < c.BufferMin {
-			ps.refilling = true
-		} else if have >= c.BufferMax {
-			ps.refilling = false
-		}
-		want := 0
-		if ps.refilling {
-			want = c.BufferMax - have
-		}
-		if total+want < c.PoolMin {
-			want = c.PoolMin - total
-		}
-		want = min(want, c.PoolMax-total, maxParallelStarts-starting-staleStarting)
-		if ps.failures > 0 {
-			// After failures, one probe at a time, once the delay passed.
-			if now.Before(ps.retryAt) || starting > 0 {
-				want = 0
-			}
-			want = min(want, 1)
-		}
-		if want > 0 {
-			starts = append(starts, start{ps.def, want})
+		if plan.Start > 0 {
+			starts = append(starts, start{ps.def, ps.tracker, plan.Start})
 		}
 	}
 	r.mu.Unlock()
 
-	if len(drop) > 0 {
-		r.discard(drop, "it failed, or is no longer wanted")
-	}
 	for _, s := range starts {
 		for range s.n {
 			spec := sandbox.MemberSpec(&s.def.Template)
@@ -578,24 +408,11 @@ func (r *Runtime) tendPools() {
 					break
 				}
 				r.log.Warn("start warm sandbox", "pool", s.def.Name, "err", err)
-				r.mu.Lock()
-				if ps := r.pools[s.def.Name]; ps != nil {
-					ps.failures++
-					ps.lastErr = err.Error()
-					ps.retryAt = now.Add(backoff(ps.failures))
-				}
-				r.mu.Unlock()
+				s.tracker.StartFailed(s.def.Revision, err, time.Now())
 				break
 			}
 		}
 	}
-}
-
-// backoff is the wait after n failures in a row: 1 s, doubling, at most
-// maxPoolBackoff.
-func backoff(n int) time.Duration {
-	d := time.Second << min(n-1, 10)
-	return min(d, maxPoolBackoff)
 }
 
 var _ sandbox.PoolLister = (*Runtime)(nil)

@@ -3,7 +3,9 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/internal/testwait"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -35,10 +39,15 @@ func createPool(t *testing.T, rt *Runtime, p sandbox.Pool, want int) {
 	waitPool(t, rt, p.Name, func(st sandbox.PoolStatus) bool { return st.Available == want && st.Starting == 0 })
 }
 
+// waitPool polls the pool's status until cond holds, as long as
+// starting the largest pool these tests fill (20 sandboxes) may take on
+// this machine, and says what the pool held when it gives up.
 func waitPool(t *testing.T, rt *Runtime, name string, cond func(sandbox.PoolStatus) bool) sandbox.PoolStatus {
 	t.Helper()
 	var st sandbox.PoolStatus
-	waitFor(t, "pool "+name, func() bool {
+	testwait.Wait{What: "pool " + name, Starts: 20, Every: 50 * time.Millisecond,
+		Describe: func() string { return fmt.Sprintf("pool %s: %+v", name, st) },
+	}.Until(t, func() bool {
 		info, err := rt.GetPool(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
@@ -357,15 +366,153 @@ func TestDeletePoolWhileFilling(t *testing.T) {
 }
 
 // TestPoolRefillsPastOnePass: a refill that needs more starts than one
-// pass makes (maxParallelStarts) goes on until BufferMax, though the
+// pass makes (warmpool.MaxStarting) goes on until BufferMax, though the
 // sandboxes started by the first pass already lift the pool above
 // BufferMin.
 func TestPoolRefillsPastOnePass(t *testing.T) {
 	rt := newTestRuntime(t, nil)
-	n := maxParallelStarts + 4
+	n := warmpool.MaxStarting + 4
 	p := testPool("wide", 1, n, n)
 	if _, err := rt.CreatePool(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, rt, "wide", func(st sandbox.PoolStatus) bool { return st.Available == n })
+}
+
+// TestPoolThirtyClaimsOnFive: 30 claims at once on a pool of 5 ready
+// sandboxes hand out exactly 5, each once; 25 find the pool empty.
+func TestPoolThirtyClaimsOnFive(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	createPool(t, rt, testPool("five", 5, 5, 5), 5)
+	var (
+		mu    sync.Mutex
+		got   = map[sandbox.ID]int{}
+		empty int
+		wg    sync.WaitGroup
+	)
+	for range 30 {
+		wg.Go(func() {
+			sb, err := rt.Claim(context.Background(), "five", sandbox.Spec{})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, sandbox.ErrPoolEmpty):
+				empty++
+			case err != nil:
+				t.Errorf("claim: %v", err)
+			default:
+				got[sb.ID]++
+			}
+		})
+	}
+	wg.Wait()
+	if len(got) != 5 || empty != 25 {
+		info, _ := rt.GetPool(context.Background(), "five")
+		t.Fatalf("%d sandboxes handed out, %d empty answers; want 5 and 25 (pool now %+v)", len(got), empty, info.Status)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("sandbox %s handed out %d times", id, n)
+		}
+		mustRun(t, rt, id, "true")
+	}
+}
+
+// breakWarm sets the execd token the runtime keeps for warm sandboxes
+// of pool to a wrong one, for n of them (oldest first), so that their
+// execd refuses the hand-over; it returns their ids.
+func breakWarm(t *testing.T, rt *Runtime, pool string, n int) []sandbox.ID {
+	t.Helper()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var warm []*entry
+	for _, e := range rt.byID {
+		if e.pool == pool && !e.deleting {
+			warm = append(warm, e)
+		}
+	}
+	slices.SortFunc(warm, func(a, b *entry) int { return a.sb.CreatedAt.Compare(b.sb.CreatedAt) })
+	if len(warm) < n {
+		t.Fatalf("%d warm sandboxes, want %d", len(warm), n)
+	}
+	var ids []sandbox.ID
+	for _, e := range warm[:n] {
+		e.token = "not-the-pool-token"
+		ids = append(ids, e.sb.ID)
+	}
+	return ids
+}
+
+// TestPoolFailedHandOver: a warm sandbox whose execd refuses the
+// hand-over is removed and the claim takes the next; after two such
+// failures the create goes cold (ErrPoolEmpty), the pool reports why,
+// and the sandboxes not tried stay warm.
+func TestPoolFailedHandOver(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	createPool(t, rt, testPool("handover", 3, 3, 6), 3)
+	broken := breakWarm(t, rt, "handover", 1)
+	sb, err := rt.Claim(context.Background(), "handover", sandbox.Spec{})
+	if err != nil {
+		t.Fatalf("claim after one failed hand-over: %v", err)
+	}
+	if sb.ID == broken[0] {
+		t.Fatalf("handed out the sandbox whose hand-over failed")
+	}
+	mustRun(t, rt, sb.ID, "true")
+	waitPool(t, rt, "handover", func(st sandbox.PoolStatus) bool { return st.Available == 3 && st.Starting == 0 })
+
+	broken = breakWarm(t, rt, "handover", 2)
+	if _, err := rt.Claim(context.Background(), "handover", sandbox.Spec{}); !errors.Is(err, sandbox.ErrPoolEmpty) {
+		t.Fatalf("claim after two failed hand-overs: %v, want ErrPoolEmpty", err)
+	}
+	info, _ := rt.GetPool(context.Background(), "handover")
+	if !strings.Contains(info.Status.Error, "hand-over failed") {
+		t.Errorf("pool error %q", info.Status.Error)
+	}
+	rt.mu.Lock()
+	for _, id := range broken {
+		if e := rt.byID[id]; e != nil && !e.deleting {
+			t.Errorf("%s, whose hand-over failed, is still in the pool", id)
+		}
+	}
+	warm := 0
+	for _, e := range rt.byID {
+		if e.pool == "handover" && !e.deleting {
+			warm++
+		}
+	}
+	rt.mu.Unlock()
+	if warm == 0 {
+		t.Error("the sandbox not tried was removed too")
+	}
+	// The next claim succeeds, and clears the error.
+	if _, err := rt.Claim(context.Background(), "handover", sandbox.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := rt.GetPool(context.Background(), "handover"); info.Status.Error != "" {
+		t.Errorf("pool error after a claim: %q", info.Status.Error)
+	}
+}
+
+// TestPoolBadClaimStaysWarm: a claim execd refuses as bad (an invalid
+// variable name) is answered with ErrInvalid, and the sandbox stays warm
+// for the next claim.
+func TestPoolBadClaimStaysWarm(t *testing.T) {
+	rt := newTestRuntime(t, nil)
+	createPool(t, rt, testPool("bad", 1, 1, 1), 1)
+	_, err := rt.Claim(context.Background(), "bad", sandbox.Spec{Env: map[string]string{"": "x"}})
+	if !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("claim with a bad variable: %v, want ErrInvalid", err)
+	}
+	info, _ := rt.GetPool(context.Background(), "bad")
+	if st := info.Status; st.Available != 1 || st.Allocated != 0 {
+		t.Fatalf("status after the refused claim: %+v", st)
+	}
+	sb, err := rt.Claim(context.Background(), "bad", sandbox.Spec{Env: map[string]string{"OK": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRun(t, rt, sb.ID, "echo $OK"); out != "1" {
+		t.Errorf("environment: %q", out)
+	}
 }

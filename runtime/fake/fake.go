@@ -44,6 +44,13 @@ type entry struct {
 	sb     sandbox.Sandbox
 	token  string
 	events []sandbox.Event
+	// pool is the warm pool holding the sandbox until it is claimed
+	// (Pooled): while set, the sandbox is invisible. from names the pool
+	// it came from, for good, revision the template's revision it was
+	// started from; claiming marks a claim under way.
+	pool, from string
+	revision   int64
+	claiming   bool
 }
 
 // New returns an empty runtime.
@@ -100,6 +107,16 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	if err := r.faultLocked("Create"); err != nil {
 		return nil, err
 	}
+	e, err := r.createLocked(id, spec, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	return clone(&e.sb), nil
+}
+
+// createLocked starts a sandbox, or with pool set a warm sandbox of that
+// pool's template revision. r.mu must be held.
+func (r *Runtime) createLocked(id sandbox.ID, spec sandbox.Spec, pool string, revision int64) (*entry, error) {
 	if _, ok := r.sandboxes[id]; ok {
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrConflict)
 	}
@@ -107,7 +124,7 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 		ID: id, Image: spec.Image, SnapshotID: spec.SnapshotID, Entrypoint: slices.Clone(spec.Entrypoint),
 		Metadata: maps.Clone(spec.Metadata), Platform: spec.Platform, CreatedAt: time.Now(), ExpiresAt: spec.ExpiresAt,
 		Extensions: maps.Clone(spec.Extensions), SecureAccess: spec.SecureAccess,
-	}}
+	}, pool: pool, from: pool, revision: revision}
 	e.transition(sandbox.StatePending, "CREATING", "sandbox is being created")
 	r.sandboxes[id] = e
 	missing := r.MissingImages[spec.Image]
@@ -123,14 +140,17 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 			return
 		}
 		e.transition(sandbox.StateRunning, "RUNNING", "execd answers")
-		obs.SandboxReady(sandbox.CreateCold, time.Since(requested))
+		if pool == "" {
+			// A warm sandbox's start is not a create anyone waits for.
+			obs.SandboxReady(sandbox.CreateCold, time.Since(requested))
+		}
 	})
-	return clone(&e.sb), nil
+	return e, nil
 }
 
 func (r *Runtime) getLocked(id sandbox.ID) (*entry, error) {
 	e, ok := r.sandboxes[id]
-	if !ok {
+	if !ok || e.pool != "" {
 		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 	}
 	return e, nil
@@ -153,7 +173,9 @@ func (r *Runtime) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	defer r.mu.Unlock()
 	out := make([]*sandbox.Sandbox, 0, len(r.sandboxes))
 	for _, e := range r.sandboxes {
-		out = append(out, clone(&e.sb))
+		if e.pool == "" {
+			out = append(out, clone(&e.sb))
+		}
 	}
 	return out, nil
 }

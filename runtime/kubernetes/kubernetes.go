@@ -14,6 +14,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,6 +38,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -84,7 +86,7 @@ type Runtime struct {
 	// starts holds when this replica created a sandbox that is not
 	// Running yet, for the Observer.
 	starts map[sandbox.ID]time.Time
-	pools  poolCounters
+	pools  poolTrackers
 
 	poolWake chan struct{}
 	httpc    *http.Client
@@ -144,7 +146,7 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		ctx:      ctx, cancel: cancel,
 		probe:    map[types.UID]probeState{},
 		starts:   map[sandbox.ID]time.Time{},
-		pools:    poolCounters{byName: map[string]*poolCount{}, claiming: map[string]bool{}, failedPods: map[types.UID]bool{}},
+		pools:    poolTrackers{byName: map[string]*warmpool.Tracker{}},
 		poolWake: make(chan struct{}, 1),
 		terms:    make(chan context.Context),
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
@@ -291,9 +293,6 @@ func (r *Runtime) podGone(obj any) {
 		return
 	}
 	r.podWrite.gone(pod.Name)
-	r.pools.mu.Lock()
-	delete(r.pools.failedPods, pod.UID)
-	r.pools.mu.Unlock()
 	r.mu.Lock()
 	delete(r.probe, pod.UID)
 	delete(r.starts, sandbox.ID(pod.Labels[labelID]))
@@ -615,13 +614,17 @@ func (r *Runtime) Delete(ctx context.Context, id sandbox.ID) error {
 	return r.remove(ctx, pod, false)
 }
 
+// errChanged is remove's answer when the pod is no longer the version
+// given (a claim took the warm pod meanwhile).
+var errChanged = errors.New("the pod changed since it was judged")
+
 // cleanupTimeout bounds the deletes that finish a removal after the
 // caller's context has ended.
 const cleanupTimeout = 30 * time.Second
 
 // remove deletes a pod and what belongs to it. With exact, only the
 // version of the pod given is deleted: a pod changed since (a warm pod a
-// claim took meanwhile) is left alone, and errLost returned.
+// claim took meanwhile) is left alone, and errChanged returned.
 func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod, exact bool) error {
 	id := sandbox.ID(pod.Labels[labelID])
 	pre := &metav1.Preconditions{UID: &pod.UID}
@@ -633,7 +636,7 @@ func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod, exact bool) error
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err) && exact:
-		return errLost
+		return errChanged
 	case apierrors.IsNotFound(err):
 		gone = true // what belonged to it is still removed below
 	case apierrors.IsConflict(err):

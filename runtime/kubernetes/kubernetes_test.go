@@ -24,6 +24,7 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -534,12 +535,12 @@ func TestGVisor(t *testing.T) {
 }
 
 // TestPoolRefillsPastOnePass: a refill that needs more pods than one pass
-// starts (maxStartsPerTick) goes on until BufferMax.
+// starts (warmpool.MaxStarting) goes on until BufferMax.
 func TestPoolRefillsPastOnePass(t *testing.T) {
 	env := newTestEnv(t)
 	rt := env.runtime(t, env.config("wide"))
 	ctx := context.Background()
-	n := maxStartsPerTick + 4
+	n := warmpool.MaxStarting + 4
 	if _, err := rt.CreatePool(ctx, sandbox.Pool{Name: "wide", Template: sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint},
 		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: n, PoolMax: n}}); err != nil {
 		t.Fatal(err)

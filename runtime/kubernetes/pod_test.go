@@ -326,27 +326,6 @@ func TestStatusOf(t *testing.T) {
 	}
 }
 
-func TestDeficit(t *testing.T) {
-	for _, c := range []struct {
-		cap         sandbox.Capacity
-		idle, total int
-		refilling   bool
-		want        int
-	}{
-		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 0, 0, false, 4},
-		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 2, 5, false, 0},
-		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 10}, 1, 9, false, 1},
-		{sandbox.Capacity{BufferMin: 0, BufferMax: 0, PoolMin: 3, PoolMax: 10}, 0, 1, false, 2},
-		{sandbox.Capacity{BufferMin: 2, BufferMax: 4, PoolMax: 4}, 0, 4, false, 0},
-		// A refill bounded per pass goes on until BufferMax.
-		{sandbox.Capacity{BufferMin: 1, BufferMax: 30, PoolMax: 30}, 16, 16, true, 14},
-	} {
-		if got := deficit(c.cap, c.idle, c.total, c.refilling); got != c.want {
-			t.Errorf("deficit(%+v, idle %d, total %d) = %d, want %d", c.cap, c.idle, c.total, got, c.want)
-		}
-	}
-}
-
 func TestOverlay(t *testing.T) {
 	o := newOverlay[*corev1.Pod]()
 	pod := func(rv string) *corev1.Pod {

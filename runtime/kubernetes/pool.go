@@ -1,21 +1,16 @@
 package kubernetes
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"math/rand/v2"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -38,53 +34,41 @@ const (
 	// poolTick is how often the leader looks at every pool, besides the
 	// wake-ups that claims and pod changes send.
 	poolTick = time.Second
-	// maxStartsPerTick bounds the warm pods one pool starts per pass, so
-	// that a big refill does not swamp the API server cold creates use.
-	maxStartsPerTick = 16
-	// maxPoolBackoff is the longest a pool whose pods fail to start waits
-	// before it tries again.
-	maxPoolBackoff = time.Minute
-	// claimTries bounds the warm pods one claim tries to take, counting
-	// pods that another claim took first.
-	claimTries = 8
 	// poolDataKey holds the pool's definition in its ConfigMap;
-	// annPoolError the leader's last failure to start a pod for it.
+	// annPoolError the leader's report of why the pool is failing.
 	poolDataKey  = "pool.json"
 	annPoolError = "opensandbox.io/pool-error"
 )
 
-// poolCounters counts per pool what this replica saw: claims and misses
-// (since it started, as the API documents), and, on the leader, failures
-// to start warm pods with the back-off they cause.
-type poolCounters struct {
+// poolTrackers holds the pool policy's memory of each pool on this
+// replica: claims and misses (since it started, as the API documents),
+// its claims under way, and, on the leader, failures to start warm pods
+// with the back-off they cause.
+type poolTrackers struct {
 	mu     sync.Mutex
-	byName map[string]*poolCount
-	// claiming holds the warm pods this replica's claims are taking, so
-	// that two claims of one replica do not race for the same pod.
-	claiming map[string]bool
-	// failedPods holds the warm pods whose failure was counted, so that
-	// one that takes more than a pass to remove is counted once.
-	failedPods map[types.UID]bool
+	byName map[string]*warmpool.Tracker
 }
 
-type poolCount struct {
-	claims, misses uint64
-	failures       int
-	retryAt        time.Time
-	lastErr        string
-	// refilling is set when the pool's idle pods fell below BufferMin,
-	// and cleared when they are back at BufferMax: starts are bounded per
-	// pass, so a refill takes several passes.
-	refilling bool
-}
-
-func (c *poolCounters) get(name string) *poolCount {
-	pc := c.byName[name]
-	if pc == nil {
-		pc = &poolCount{}
-		c.byName[name] = pc
+func (p *poolTrackers) get(name string) *warmpool.Tracker {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.byName[name]
+	if t == nil {
+		t = warmpool.NewTracker()
+		p.byName[name] = t
 	}
-	return pc
+	return t
+}
+
+// keep forgets the trackers of pools not in defs.
+func (p *poolTrackers) keep(defs map[string]*sandbox.Pool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name := range p.byName {
+		if defs[name] == nil {
+			delete(p.byName, name)
+		}
+	}
 }
 
 func poolConfigMapName(name string) string { return "osb-pool-" + name }
@@ -97,14 +81,6 @@ func (r *Runtime) wakePools() {
 	}
 }
 
-func poolNotFound(name string) error {
-	return sandbox.Coded(sandbox.ErrNotFound, api.CodePoolNotFound, fmt.Sprintf("pool %s not found", name))
-}
-
-func poolInvalid(msg string) error {
-	return sandbox.Coded(sandbox.ErrInvalid, api.CodePoolInvalidParameter, msg)
-}
-
 // checkPool refuses a pool that cannot work: sandbox's rules, a name
 // that cannot name the pool's objects, and a pod the runtime would
 // refuse.
@@ -113,7 +89,7 @@ func (r *Runtime) checkPool(p *sandbox.Pool) error {
 		return err
 	}
 	if len(validation.IsDNS1123Label(p.Name)) > 0 || len(p.Name) > 54 {
-		return poolInvalid(fmt.Sprintf("pool name %q: on Kubernetes a pool name is at most 54 lower-case letters, digits and '-', starting and ending with a letter or digit", p.Name))
+		return warmpool.Invalid(fmt.Sprintf("pool name %q: on Kubernetes a pool name is at most 54 lower-case letters, digits and '-', starting and ending with a letter or digit", p.Name))
 	}
 	spec := sandbox.MemberSpec(&p.Template)
 	if _, err := podFor(&r.cfg, r.ns, "check", &spec, time.Now(), p.Name, 1); err != nil {
@@ -162,12 +138,12 @@ func (r *Runtime) poolDef(ctx context.Context, name string) (*corev1.ConfigMap, 
 	if apierrors.IsNotFound(err) {
 		cm, err = r.cs.CoreV1().ConfigMaps(r.ns).Get(ctx, poolConfigMapName(name), metav1.GetOptions{})
 		if err == nil && (cm.Labels[labelScope] != r.cfg.LabelScope || cm.Labels[labelKind] != kindPool) {
-			return nil, nil, poolNotFound(name)
+			return nil, nil, warmpool.NotFound(name)
 		}
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, poolNotFound(name)
+			return nil, nil, warmpool.NotFound(name)
 		}
 		return nil, nil, apiError("read pool "+name, err)
 	}
@@ -233,7 +209,7 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	cm, err := r.cs.CoreV1().ConfigMaps(r.ns).Create(ctx, r.poolConfigMap(&p), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodePoolAlreadyExists, fmt.Sprintf("pool %s already exists", p.Name))
+			return nil, warmpool.Exists(p.Name)
 		}
 		return nil, apiError("store pool "+p.Name, err)
 	}
@@ -244,7 +220,9 @@ func (r *Runtime) CreatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 }
 
 // UpdatePool changes a pool's template and capacity; a changed template
-// gets a new revision, whose pods replace the waiting ones.
+// gets a new revision, whose pods replace the waiting ones, and the old
+// revision's error goes (the leader forgets its failures when it reads
+// the new revision).
 func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.PoolInfo, error) {
 	if err := r.checkPool(&p); err != nil {
 		return nil, err
@@ -263,7 +241,9 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 		}
 		c := cm.DeepCopy()
 		c.Data = r.poolConfigMap(&next).Data
-		delete(c.Annotations, annPoolError)
+		if next.Revision != cur.Revision {
+			delete(c.Annotations, annPoolError)
+		}
 		out, err := r.cs.CoreV1().ConfigMaps(r.ns).Update(ctx, c, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			if latest, gerr := r.cs.CoreV1().ConfigMaps(r.ns).Get(ctx, cm.Name, metav1.GetOptions{}); gerr == nil {
@@ -277,15 +257,11 @@ func (r *Runtime) UpdatePool(ctx context.Context, p sandbox.Pool) (*sandbox.Pool
 	})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, poolNotFound(p.Name)
+			return nil, warmpool.NotFound(p.Name)
 		}
 		return nil, apiError("update pool "+p.Name, err)
 	}
 	r.waitPool(ctx, p.Name, written)
-	r.pools.mu.Lock()
-	pc := r.pools.get(p.Name)
-	pc.failures, pc.retryAt, pc.lastErr = 0, time.Time{}, ""
-	r.pools.mu.Unlock()
 	r.wakePools()
 	return r.poolInfo(&p, ""), nil
 }
@@ -318,7 +294,7 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 	err := r.cs.CoreV1().ConfigMaps(r.ns).Delete(ctx, poolConfigMapName(name), metav1.DeleteOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return poolNotFound(name)
+			return warmpool.NotFound(name)
 		}
 		return apiError("delete pool "+name, err)
 	}
@@ -359,256 +335,229 @@ func (r *Runtime) allPods() []*corev1.Pod {
 	return out
 }
 
-// poolInfo counts a pool's pods.
+// poolInfo counts a pool's pods. lastErr is the leader's report of the
+// pool's error, for replicas that do not lead (the leader's own tracker
+// is fresher).
 func (r *Runtime) poolInfo(p *sandbox.Pool, lastErr string) *sandbox.PoolInfo {
+	members, _ := r.members(r.allPods(), p.Name)
 	info := &sandbox.PoolInfo{Pool: *p}
-	st := &info.Status
-	for _, pod := range r.allPods() {
-		if pod.Labels[labelPool] != p.Name {
-			continue
-		}
-		state := r.view(pod).Status.State
-		switch {
-		case state == sandbox.StateFailed || state == sandbox.StateTerminated || state == sandbox.StateUnknown:
-		case pod.Labels[labelWarm] == "":
-			st.Allocated++
-		case pod.Annotations[annRevision] != strconv.FormatInt(p.Revision, 10):
-		case state == sandbox.StatePending:
-			st.Starting++
-		case state == sandbox.StateRunning:
-			st.Available++
-		}
+	info.Status = r.pools.get(p.Name).Status(p, members)
+	if !r.Leading() {
+		info.Status.Error = cmp.Or(info.Status.Error, lastErr)
 	}
-	st.Total = st.Allocated + st.Available + st.Starting
-	r.pools.mu.Lock()
-	pc := r.pools.get(p.Name)
-	st.Claims, st.Misses, st.Error = pc.claims, pc.misses, cmp.Or(pc.lastErr, lastErr)
-	r.pools.mu.Unlock()
 	return info
 }
 
-// errLost is a claim that another claim won; errNotTaken a warm pod a
-// claim could not take for another reason (its token not known yet, the
-// API server refusing), which another pod may not share.
-var (
-	errLost     = errors.New("another claim took the warm sandbox first")
-	errNotTaken = errors.New("the warm sandbox could not be taken")
-)
-
-// handOverFailed starts a pool's error set by a failed hand-over.
-const handOverFailed = "hand-over failed: "
-
-// Claim hands out a ready warm pod. The pod is taken by an update that
-// removes its warm label with the pod's resourceVersion as precondition,
-// so of any number of claims on any number of replicas exactly one wins
-// it; execd, which accepts one claim in its life, is the second guard.
-func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*sandbox.Sandbox, error) {
-	start := time.Now()
-	defs, _ := r.poolDefsAll()
-	var candidates []*sandbox.Pool
-	if pool != "" {
-		p, ok := defs[pool]
-		if !ok {
-			_, fetched, err := r.poolDef(ctx, pool)
-			if err != nil {
-				return nil, err
-			}
-			p = fetched
-		}
-		if !p.Satisfies(&spec, extRuntimeClass) {
-			r.miss(pool)
-			return nil, sandbox.ErrPoolEmpty
-		}
-		candidates = []*sandbox.Pool{p}
-	} else {
-		for _, name := range slices.Sorted(maps.Keys(defs)) {
-			if defs[name].Matches(&spec, extRuntimeClass) {
-				candidates = append(candidates, defs[name])
-			}
-		}
-		if len(candidates) == 0 {
-			return nil, sandbox.ErrPoolEmpty
-		}
-	}
-	lost := map[string]bool{} // pods other claims took first
-	for try := 0; try < claimTries; try++ {
-		pod, def := r.pickWarm(candidates, lost)
-		if pod == nil {
-			break
-		}
-		sb, err := r.handOver(ctx, pod, def, &spec)
-		r.pools.mu.Lock()
-		delete(r.pools.claiming, pod.Name)
-		r.pools.mu.Unlock()
-		r.wakePools()
-		switch {
-		case err == nil:
-			r.pools.mu.Lock()
-			pc := r.pools.get(def.Name)
-			pc.claims++
-			if strings.HasPrefix(pc.lastErr, handOverFailed) {
-				pc.lastErr = ""
-			}
-			r.pools.mu.Unlock()
-			r.cfg.Observer.PoolClaim(def.Name, true)
-			r.cfg.Observer.SandboxReady(sandbox.CreatePooled, time.Since(start))
-			return sb, nil
-		case errors.Is(err, errLost), errors.Is(err, errNotTaken):
-			// Another claim won this pod, or it could not be taken: try
-			// another.
-			lost[pod.Name] = true
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
+// members lists the pods pool started, handed out or not, for the pool
+// policy, with the pods by sandbox id.
+func (r *Runtime) members(pods []*corev1.Pod, pool string) ([]warmpool.Member, map[sandbox.ID]*corev1.Pod) {
+	var out []warmpool.Member
+	byID := map[sandbox.ID]*corev1.Pod{}
+	for _, pod := range pods {
+		if pod.Labels[labelPool] != pool {
 			continue
-		case errors.Is(err, sandbox.ErrInvalid):
+		}
+		sb := r.view(pod)
+		rev, err := strconv.ParseInt(pod.Annotations[annRevision], 10, 64)
+		if err != nil {
+			rev = -1 // of no revision: replaced
+		}
+		m := warmpool.Member{ID: sb.ID, Revision: rev, Created: sb.CreatedAt, Status: sb.Status, HandedOut: pod.Labels[labelWarm] == ""}
+		if m.Status.State == sandbox.StateRunning && pod.Status.PodIP == "" {
+			m.Status.State = sandbox.StatePending // not reachable yet
+		}
+		out = append(out, m)
+		byID[sb.ID] = pod
+	}
+	return out, byID
+}
+
+// Claim hands out a ready warm pod: of pool when it is named, else of the
+// first pool (by name) whose template matches spec. warmpool.Claim says
+// which, and what a failed hand-over does; the take is an update of the
+// pod that removes its warm label, with the pod's resourceVersion as
+// precondition, so of any number of claims on any number of replicas
+// exactly one wins it; execd, which accepts one claim in its life, is the
+// second guard.
+func (r *Runtime) Claim(ctx context.Context, pool string, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	defs, _ := r.poolDefsAll()
+	if _, ok := defs[pool]; pool != "" && !ok {
+		// Made through another replica a moment ago?
+		_, fetched, err := r.poolDef(ctx, pool)
+		if err != nil {
 			return nil, err
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
 		}
-		// The pod was taken but could not be handed over (execd
-		// unreachable, the API server failing): it was removed. Trying
-		// more pods would likely fail alike and empty the pool; the
-		// create goes cold instead.
-		r.log.Warn("warm sandbox could not be handed over; creating cold", "pool", def.Name, "pod", pod.Name, "err", err)
-		r.pools.mu.Lock()
-		r.pools.get(def.Name).lastErr = handOverFailed + err.Error()
-		r.pools.mu.Unlock()
-		r.miss(def.Name)
-		return nil, sandbox.ErrPoolEmpty
+		defs[pool] = fetched
 	}
-	r.miss(candidates[0].Name)
-	return nil, sandbox.ErrPoolEmpty
-}
-
-func (r *Runtime) miss(pool string) {
-	r.pools.mu.Lock()
-	r.pools.get(pool).misses++
-	r.pools.mu.Unlock()
-	r.cfg.Observer.PoolClaim(pool, false)
-	r.wakePools()
-}
-
-// pickWarm chooses a ready warm pod of the first candidate pool that has
-// one, at random so that claims on several replicas seldom collide, and
-// marks it as being claimed by this replica.
-func (r *Runtime) pickWarm(candidates []*sandbox.Pool, skip map[string]bool) (*corev1.Pod, *sandbox.Pool) {
-	pods := r.allPods()
-	r.pools.mu.Lock()
-	defer r.pools.mu.Unlock()
-	for _, p := range candidates {
-		rev := strconv.FormatInt(p.Revision, 10)
-		var ready []*corev1.Pod
-		for _, pod := range pods {
-			if pod.Labels[labelPool] != p.Name || pod.Labels[labelWarm] == "" || pod.Annotations[annRevision] != rev ||
-				r.pools.claiming[pod.Name] || skip[pod.Name] || pod.Status.PodIP == "" {
-				continue
-			}
-			if r.view(pod).Status.State == sandbox.StateRunning {
-				ready = append(ready, pod)
-			}
-		}
-		if len(ready) > 0 {
-			pod := ready[rand.IntN(len(ready))]
-			r.pools.claiming[pod.Name] = true
-			return pod, p
-		}
+	pools := make([]warmpool.Candidate, 0, len(defs))
+	for _, name := range slices.Sorted(maps.Keys(defs)) {
+		pools = append(pools, warmpool.Candidate{Pool: defs[name], Tracker: r.pools.get(name)})
 	}
-	return nil, nil
+	defer r.wakePools()
+	return warmpool.Claim(ctx, claimer{r}, pools, pool, &spec, r.cfg.Observer, extRuntimeClass)
 }
 
-// handOver makes a warm pod the sandbox spec asks for: it takes the pod
-// (the update only one claim can win) with the user's metadata, entrypoint
-// and expiry and a hand-over mark, puts a new token in the Secret, has
-// execd take the token, the environment and the entrypoint, and clears
-// the mark. A pod whose hand-over fails after it was taken is removed.
-func (r *Runtime) handOver(ctx context.Context, pod *corev1.Pod, def *sandbox.Pool, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
-	id := sandbox.ID(pod.Labels[labelID])
-	oldToken, err := r.tokenFor(ctx, id)
+// claimer is the runtime as warmpool.Claim uses it.
+type claimer struct{ r *Runtime }
+
+func (c claimer) Members(def *sandbox.Pool) []warmpool.Member {
+	m, _ := c.r.members(c.r.allPods(), def.Name)
+	return m
+}
+
+// Discard removes a pod whose hand-over failed: taken, it is no longer
+// warm, and no other claim can have it.
+func (c claimer) Discard(ctx context.Context, id sandbox.ID, why string) {
+	r := c.r
+	pod := r.pod(id)
+	if pod == nil {
+		return
+	}
+	r.log.Info("removing warm sandbox", "sandbox", id, "pool", pod.Labels[labelPool], "why", why)
+	if err := r.remove(ctx, pod, false); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		r.log.Warn("remove a warm sandbox whose hand-over failed", "sandbox", id, "err", err)
+	}
+}
+
+// HandOver makes the warm pod m the sandbox spec asks for: it takes the
+// pod (the update only one claim can win) with the user's metadata,
+// entrypoint and expiry and a hand-over mark, has execd take a new token,
+// the environment and the entrypoint, puts the token in the Secret, and
+// clears the mark. When execd refuses the request as bad, the pod is put
+// back as it was, warm.
+func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Member, spec *sandbox.Spec) (*sandbox.Sandbox, error) {
+	r := c.r
+	pod := r.pod(m.ID)
+	if pod == nil || !stillWarm(pod, def) {
+		return nil, fmt.Errorf("sandbox %s: %w", m.ID, warmpool.ErrLost)
+	}
+	oldToken, err := r.tokenFor(ctx, m.ID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotTaken, err)
+		// Not known yet (its Secret not seen), or the API server failing:
+		// another pod may not share it.
+		return nil, fmt.Errorf("read the token of sandbox %s: %v: %w", m.ID, err, warmpool.ErrLost)
 	}
 	entrypoint := spec.Entrypoint
 	if len(entrypoint) == 0 {
 		entrypoint = def.Template.Entrypoint
 	}
-	now := time.Now().UTC()
-	p := pod.DeepCopy()
-	delete(p.Labels, labelWarm)
-	setMetadataLabels(p.Labels, spec.Metadata)
-	ann := p.Annotations
-	ann[annCreated] = now.Format(time.RFC3339Nano)
-	ann[annHandover] = now.Format(time.RFC3339Nano)
-	setJSON(ann, annEntrypoint, entrypoint)
-	setJSON(ann, annMetadata, spec.Metadata)
-	setJSON(ann, annExtensions, spec.Extensions)
-	delete(ann, annExpires)
-	if spec.ExpiresAt != nil {
-		ann[annExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
-	}
-	taken, err := r.cs.CoreV1().Pods(r.ns).Update(ctx, p, metav1.UpdateOptions{})
+	taken, err := r.take(ctx, pod, def, spec, entrypoint)
 	if err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil, errLost
-		}
-		return nil, fmt.Errorf("%w: %v", errNotTaken, apiError("take the warm sandbox", err))
-	}
-	r.podWrite.wrote(taken)
-	fail := func(err error) (*sandbox.Sandbox, error) {
-		if rerr := r.remove(context.WithoutCancel(ctx), taken, false); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
-			r.log.Warn("remove a warm sandbox whose hand-over failed", "sandbox", id, "err", rerr)
-		}
 		return nil, err
 	}
 
 	token := newToken()
+	url := "http://" + net.JoinHostPort(taken.Status.PodIP, strconv.Itoa(api.ExecdPort))
+	if err := warmpool.ClaimExecd(ctx, r.httpc, url, oldToken, api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint}); err != nil {
+		if errors.Is(err, sandbox.ErrInvalid) {
+			r.putBack(ctx, pod, taken)
+		}
+		return nil, err
+	}
 	tokenPatch, _ := json.Marshal(map[string]any{"data": map[string]string{secretKey: base64.StdEncoding.EncodeToString([]byte(token))}})
-	sec, err := r.cs.CoreV1().Secrets(r.ns).Patch(ctx, podName(id), types.MergePatchType, tokenPatch, metav1.PatchOptions{})
+	sec, err := r.cs.CoreV1().Secrets(r.ns).Patch(ctx, podName(m.ID), types.MergePatchType, tokenPatch, metav1.PatchOptions{})
 	if err != nil {
-		return fail(apiError("store the claimed sandbox's token", err))
+		return nil, apiError("store the claimed sandbox's token", err)
 	}
 	r.secWrite.wrote(sec)
-	if err := r.claimExecd(ctx, taken.Status.PodIP, oldToken, api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint}); err != nil {
-		return fail(err)
-	}
 	done, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, taken.Name, types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"`+annHandover+`":null}}}`), metav1.PatchOptions{})
 	if err != nil {
-		return fail(apiError("finish the hand-over", err))
+		return nil, apiError("finish the hand-over", err)
 	}
 	r.podWrite.wrote(done)
-	r.log.Info("sandbox claimed from pool", "sandbox", id, "pool", def.Name)
+	r.log.Info("sandbox claimed from pool", "sandbox", m.ID, "pool", def.Name)
 	return r.view(done), nil
 }
 
-// claimExecd calls execd's /claim with the pool's token.
-func (r *Runtime) claimExecd(ctx context.Context, ip, oldToken string, claim api.ClaimRequest) error {
-	body, err := json.Marshal(claim)
-	if err != nil {
+// stillWarm reports whether pod is a warm pod of def's revision that a
+// claim may take.
+func stillWarm(pod *corev1.Pod, def *sandbox.Pool) bool {
+	return pod.DeletionTimestamp == nil && pod.Labels[labelWarm] != "" && pod.Labels[labelPool] == def.Name &&
+		pod.Annotations[annRevision] == strconv.FormatInt(def.Revision, 10) && pod.Status.PodIP != ""
+}
+
+// take removes the warm pod's label with its resourceVersion as
+// precondition. A conflict means the pod changed since it was read: by
+// another claim, or by anyone else (the kubelet updating its status); it
+// is read again and, if it is still warm, taken again. It returns
+// warmpool.ErrLost when the pod is no longer warm or could not be taken.
+func (r *Runtime) take(ctx context.Context, pod *corev1.Pod, def *sandbox.Pool, spec *sandbox.Spec, entrypoint []string) (*corev1.Pod, error) {
+	uid := pod.UID
+	for {
+		now := time.Now().UTC()
+		p := pod.DeepCopy()
+		delete(p.Labels, labelWarm)
+		setMetadataLabels(p.Labels, spec.Metadata)
+		ann := p.Annotations
+		ann[annCreated] = now.Format(time.RFC3339Nano)
+		ann[annHandover] = now.Format(time.RFC3339Nano)
+		setJSON(ann, annEntrypoint, entrypoint)
+		setJSON(ann, annMetadata, spec.Metadata)
+		setJSON(ann, annExtensions, spec.Extensions)
+		delete(ann, annExpires)
+		if spec.ExpiresAt != nil {
+			ann[annExpires] = spec.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		}
+		taken, err := r.cs.CoreV1().Pods(r.ns).Update(ctx, p, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			r.podWrite.wrote(taken)
+			return taken, nil
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("pod %s is gone: %w", pod.Name, warmpool.ErrLost)
+		case !apierrors.IsConflict(err):
+			return nil, fmt.Errorf("take the warm sandbox: %v: %w", apiError("update pod "+pod.Name, err), warmpool.ErrLost)
+		}
+		fresh, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read pod %s again: %v: %w", pod.Name, err, warmpool.ErrLost)
+		}
+		fresh.ManagedFields = nil
+		r.podWrite.wrote(fresh)
+		if fresh.UID != uid || !stillWarm(fresh, def) {
+			return nil, fmt.Errorf("pod %s: %w", pod.Name, warmpool.ErrLost)
+		}
+		pod = fresh
+	}
+}
+
+// putBack makes a pod a claim took warm again, as orig was, after execd
+// refused the claim's request (and so took none of it). A pod that cannot
+// be put back is removed: half claimed, it is no one's.
+func (r *Runtime) putBack(ctx context.Context, orig, taken *corev1.Pod) {
+	ctx = context.WithoutCancel(ctx)
+	cur := taken
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := cur.DeepCopy()
+		p.Labels, p.Annotations = maps.Clone(orig.Labels), maps.Clone(orig.Annotations)
+		out, err := r.cs.CoreV1().Pods(r.ns).Update(ctx, p, metav1.UpdateOptions{})
+		if err == nil {
+			r.podWrite.wrote(out)
+			return nil
+		}
+		if apierrors.IsConflict(err) {
+			latest, gerr := r.cs.CoreV1().Pods(r.ns).Get(ctx, taken.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if latest.UID != taken.UID {
+				return apierrors.NewNotFound(corev1.Resource("pods"), taken.Name)
+			}
+			cur = latest
+		}
 		return err
+	})
+	if err == nil {
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/claim"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
+	if apierrors.IsNotFound(err) {
+		return
 	}
-	req.Header.Set(sandbox.HeaderExecdToken, oldToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.httpc.Do(req)
-	if err != nil {
-		return fmt.Errorf("claim through execd: %w", err)
+	r.log.Warn("put a warm sandbox back after a refused claim; removing it", "sandbox", taken.Labels[labelID], "err", err)
+	if err := r.remove(ctx, taken, false); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		r.log.Warn("remove warm sandbox", "sandbox", taken.Labels[labelID], "err", err)
 	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	switch {
-	case resp.StatusCode == http.StatusBadRequest:
-		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter, "the sandbox refused the request: "+strings.TrimSpace(string(msg)))
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("claim through execd: %s: %s", resp.Status, msg)
-	}
-	return nil
 }
 
 // poolLoop fills the pools while this replica leads.
@@ -674,112 +623,36 @@ func (r *Runtime) recordFailures(ctx context.Context) {
 	}
 }
 
-// tendPools is one pass of the leader over the pools: it removes warm
-// pods that failed, are of an older template or of a pool that is gone,
-// and starts pods until each pool's capacity is met.
+// tendPools is one pass of the leader over the pools, as warmpool's Plan
+// decides: it removes warm pods that failed, are of an older template,
+// beyond bufferMax or of a pool that is gone, and starts pods until each
+// pool's capacity is met.
 func (r *Runtime) tendPools(ctx context.Context) {
 	defs, cms := r.poolDefsAll()
-	byPool := map[string][]*corev1.Pod{}
-	for _, pod := range r.allPods() {
-		name := pod.Labels[labelPool]
-		if name == "" {
-			continue
-		}
-		if defs[name] == nil && pod.Labels[labelWarm] != "" {
+	r.pools.keep(defs)
+	pods := r.allPods()
+	for _, pod := range pods {
+		if name := pod.Labels[labelPool]; name != "" && defs[name] == nil && pod.Labels[labelWarm] != "" {
 			r.discard(ctx, pod, "its pool was deleted")
-			continue
 		}
-		byPool[name] = append(byPool[name], pod)
 	}
 	now := time.Now()
 	for name, def := range defs {
-		rev := strconv.FormatInt(def.Revision, 10)
-		starting, allocated := 0, 0
-		var available []*corev1.Pod
-		var failed []string
-		for _, pod := range byPool[name] {
-			st := r.view(pod).Status
-			dead := st.State == sandbox.StateFailed || st.State == sandbox.StateTerminated || st.State == sandbox.StateUnknown
-			switch {
-			case pod.Labels[labelWarm] == "":
-				if !dead {
-					allocated++
-				}
-			case dead:
-				r.pools.mu.Lock()
-				seen := r.pools.failedPods[pod.UID]
-				r.pools.failedPods[pod.UID] = true
-				r.pools.mu.Unlock()
-				if pod.Annotations[annRevision] == rev && !seen {
-					failed = append(failed, cmp.Or(st.Reason+": "+st.Message, st.Reason))
-				}
-				r.discard(ctx, pod, "it failed: "+st.Reason)
-			case pod.Annotations[annRevision] != rev:
-				r.discard(ctx, pod, "its pool's template changed")
-			case st.State == sandbox.StatePending:
-				starting++
-			default:
-				available = append(available, pod)
-			}
+		t := r.pools.get(name)
+		members, byID := r.members(pods, name)
+		plan := t.Plan(def, members, now)
+		for _, rm := range plan.Remove {
+			r.discard(ctx, byID[rm.ID], rm.Why)
 		}
-		if extra := len(available) - def.Capacity.BufferMax; extra > 0 {
-			// Shrunk: the newest go, the oldest stay ready.
-			slices.SortFunc(available, func(a, b *corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
-			for _, pod := range available[:extra] {
-				r.discard(ctx, pod, "its pool shrank")
-			}
-			available = available[extra:]
+		r.publishPoolError(ctx, cms[name], t.StartError(def.Revision))
+		if plan.Start > 0 {
+			r.startWarm(ctx, def, t, plan.Start)
 		}
-		r.pools.mu.Lock()
-		pc := r.pools.get(name)
-		if len(failed) > 0 {
-			pc.failures += len(failed)
-			pc.lastErr = failed[len(failed)-1]
-			pc.retryAt = now.Add(backoff(pc.failures))
-		} else if len(available) > 0 {
-			pc.failures, pc.lastErr = 0, ""
-		}
-		idle := len(available) + starting
-		switch {
-		case idle < def.Capacity.BufferMin:
-			pc.refilling = true
-		case idle >= def.Capacity.BufferMax:
-			pc.refilling = false
-		}
-		refilling := pc.refilling
-		lastErr, retryAt := pc.lastErr, pc.retryAt
-		r.pools.mu.Unlock()
-		r.publishPoolError(ctx, cms[name], lastErr)
-		want := deficit(def.Capacity, idle, idle+allocated, refilling)
-		if want == 0 || now.Before(retryAt) {
-			continue
-		}
-		r.startWarm(ctx, def, min(want, maxStartsPerTick))
 	}
-}
-
-// deficit is how many pods a pool must start: idle (available and
-// starting) pods are refilled to BufferMax once they fell below
-// BufferMin (refilling: until they are back at BufferMax), the pool holds
-// at least PoolMin pods and at most PoolMax.
-func deficit(c sandbox.Capacity, idle, total int, refilling bool) int {
-	want := 0
-	if refilling || idle < c.BufferMin {
-		want = c.BufferMax - idle
-	}
-	if total+want < c.PoolMin {
-		want = c.PoolMin - total
-	}
-	return max(0, min(want, c.PoolMax-total))
-}
-
-func backoff(failures int) time.Duration {
-	d := time.Second << min(failures-1, 6)
-	return min(d, maxPoolBackoff)
 }
 
 // startWarm creates n warm pods of a pool.
-func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, n int) {
+func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, t *warmpool.Tracker, n int) {
 	spec := sandbox.MemberSpec(&def.Template)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
@@ -795,12 +668,7 @@ func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, n int) {
 			}
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("start a warm sandbox", "pool", def.Name, "err", err)
-				r.pools.mu.Lock()
-				pc := r.pools.get(def.Name)
-				pc.failures++
-				pc.lastErr = err.Error()
-				pc.retryAt = time.Now().Add(backoff(pc.failures))
-				r.pools.mu.Unlock()
+				t.StartFailed(def.Revision, err, time.Now())
 			}
 		}()
 	}
@@ -813,7 +681,7 @@ func (r *Runtime) discard(ctx context.Context, pod *corev1.Pod, why string) {
 	switch err := r.remove(ctx, pod, true); {
 	case err == nil:
 		r.log.Info("removed warm sandbox", "sandbox", pod.Labels[labelID], "pool", pod.Labels[labelPool], "why", why)
-	case errors.Is(err, errLost), errors.Is(err, sandbox.ErrNotFound):
+	case errors.Is(err, errChanged), errors.Is(err, sandbox.ErrNotFound):
 	default:
 		r.log.Warn("remove warm sandbox", "sandbox", pod.Labels[labelID], "err", err)
 	}

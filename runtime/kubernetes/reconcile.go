@@ -86,7 +86,7 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 			continue
 		}
 		r.log.Warn("removing a warm sandbox whose hand-over was interrupted", "sandbox", pod.Labels[labelID])
-		if err := r.remove(ctx, pod, true); err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, errLost) {
+		if err := r.remove(ctx, pod, true); err != nil && !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, errChanged) {
 			errs = append(errs, err)
 		}
 	}
