@@ -58,10 +58,28 @@ bench: build images ## every performance harness, with the Docker engine (or, on
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@./scripts/fuzz.sh $${FUZZTIME:-30s}
 
-lint: ## gofmt, go vet, go mod tidy check
+# The linters, pinned. make lint installs each once from the Go module
+# proxy into .cache/tools, under the Go version that builds it (a tool
+# built by an older Go cannot read code that needs a newer one).
+STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION := v0.52.0
+TOOLS := .cache/tools/$(shell $(GO) env GOVERSION)
+STATICCHECK := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+DEADCODE := $(TOOLS)/deadcode-$(DEADCODE_VERSION)/deadcode
+
+$(STATICCHECK):
+	GOBIN=$(abspath $(@D)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(DEADCODE):
+	GOBIN=$(abspath $(@D)) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+
+lint: $(STATICCHECK) $(DEADCODE) ## gofmt, go vet, go mod tidy check, staticcheck, deadcode (part of CI)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	@$(GO) mod tidy && git diff --exit-code go.mod go.sum
+	$(STATICCHECK) ./...
+	@echo '$(DEADCODE) -test ./...'; out="$$($(DEADCODE) -test ./...)" || exit 1; \
+	test -z "$$out" || { echo "$$out"; echo "unreachable code: delete it, or move a helper only tests use into a _test.go file"; exit 1; }
 
 k8s-up: images ## start a local 1-node Kubernetes (builds it once, ~10 min; then seconds); kubeconfig in .k8s/kubeconfig
 	@./scripts/k8s-up.sh

@@ -196,5 +196,3 @@ func (c *container) mustRun(command string) string {
 	}
 	return r.stdout
 }
-
-func (c *container) String() string { return fmt.Sprintf("container %.12s", c.id) }

@@ -8,10 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -538,5 +540,51 @@ func TestPackCutShort(t *testing.T) {
 	os.WriteFile(locked, []byte("secret"), 0o000)
 	if _, err := Pack(context.Background(), io.Discard, locked, "locked", PackOptions{}); err == nil || errors.Is(err, ErrCutShort) {
 		t.Fatalf("Pack of an unreadable file: %v, want a failure before its entry", err)
+	}
+}
+
+// legacyTar is tarOf with every header's type flag rewritten to the
+// pre-POSIX '\x00' of old archivers (tar.Writer no longer writes it).
+func legacyTar(t *testing.T, entries ...entry) []byte {
+	t.Helper()
+	data := tarOf(t, entries...)
+	for off := 0; off+512 <= len(data); {
+		hdr := data[off : off+512]
+		if bytes.Equal(hdr, make([]byte, 512)) {
+			break
+		}
+		size, err := strconv.ParseInt(strings.Trim(string(hdr[124:136]), " \x00"), 8, 64)
+		if err != nil {
+			t.Fatalf("size of %q: %v", hdr[:100], err)
+		}
+		hdr[156] = 0
+		copy(hdr[148:156], "        ")
+		sum := 0
+		for _, b := range hdr {
+			sum += int(b)
+		}
+		copy(hdr[148:156], fmt.Sprintf("%06o\x00 ", sum))
+		off += 512 + int((size+511)/512*512)
+	}
+	return data
+}
+
+// TestExtractLegacyTypeFlag: entries of old archivers, whose type flag
+// is '\x00', are regular files, or directories when the name ends in a
+// slash.
+func TestExtractLegacyTypeFlag(t *testing.T) {
+	dst := t.TempDir()
+	data := legacyTar(t, entry{name: "dir/", typ: tar.TypeDir}, entry{name: "dir/f", body: "old format"})
+	if data[156] != 0 || data[512+156] != 0 {
+		t.Fatalf("type flags %q and %q, want legacy NULs", data[156], data[512+156])
+	}
+	if _, err := Extract(context.Background(), bytes.NewReader(data), openRoot(t, dst), ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dst, "dir")); err != nil || !fi.IsDir() {
+		t.Errorf("dir/: %v, %v", fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "dir", "f")); string(b) != "old format" {
+		t.Errorf("dir/f = %q, %v", b, err)
 	}
 }

@@ -184,7 +184,7 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header, name string) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return x.dir(hdr, name)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // tar.Reader reports legacy '\x00' entries as TypeReg or TypeDir
 		if isSparse(hdr) {
 			return ErrSparse
 		}

@@ -265,14 +265,8 @@ func (c *Context) startError(reason string) error {
 	return &StartError{Language: c.lang.name, Reason: reason, Stderr: string(bytes.TrimSpace(c.startErr.Bytes()))}
 }
 
-// Language returns the context's language.
-func (c *Context) Language() string { return c.lang.name }
-
 // Version returns the interpreter's version, as its driver reported it.
 func (c *Context) Version() string { return c.version }
-
-// Pid returns the interpreter's process id (also its process group's).
-func (c *Context) Pid() int { return c.proc.Pid() }
 
 // Done is closed when the interpreter has exited.
 func (c *Context) Done() <-chan struct{} { return c.proc.Done() }

@@ -292,18 +292,18 @@ func (d *jsDriver) interrupt() {
 	}
 }
 
-// close closes the requests pipe and returns the driver's exit status and
-// how long it took to exit.
-func (d *jsDriver) close() (error, time.Duration) {
+// close closes the requests pipe and returns how long the driver took to
+// exit and its exit status.
+func (d *jsDriver) close() (time.Duration, error) {
 	d.t.Helper()
 	begin := time.Now()
 	d.requests.Close()
 	select {
 	case <-d.exited:
-		return d.exitErr, time.Since(begin)
+		return time.Since(begin), d.exitErr
 	case <-time.After(jsTimeout):
 		d.t.Fatal("driver still running after its requests pipe closed")
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -762,7 +762,7 @@ func TestJavascriptExit(t *testing.T) {
 	t.Run("requests closed", func(t *testing.T) {
 		d := startJS(t, "")
 		d.run("setInterval(() => {}, 1000); 1").mustResult(t, "1")
-		err, took := d.close()
+		took, err := d.close()
 		if err != nil {
 			t.Fatalf("exit: %v", err)
 		}
@@ -777,7 +777,7 @@ func TestJavascriptExit(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		d.interrupt()
 		d.wait(id).mustError(t, "Interrupted", "execution was interrupted")
-		if err, _ := d.close(); err != nil {
+		if _, err := d.close(); err != nil {
 			t.Fatalf("exit: %v", err)
 		}
 		if s := d.stderr.take(); s != "" {

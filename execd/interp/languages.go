@@ -93,12 +93,6 @@ func Languages() []string {
 	return names
 }
 
-// Offered reports whether name is a language this package can run.
-func Offered(name string) bool {
-	_, ok := lookupLanguage(name)
-	return ok
-}
-
 func lookupLanguage(name string) (*language, bool) {
 	for i := range languages {
 		if languages[i].name == name && languages[i].available() {

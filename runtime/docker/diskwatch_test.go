@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -243,7 +244,12 @@ func TestStorageLimitDefault(t *testing.T) {
 
 	rt := newTestRuntime(t, mod)
 	waitState(t, rt, id, sandbox.StateRunning)
-	mustRun(t, rt, id, "(dd if=/dev/zero of=/tmp/fill bs=1M count=1024 >/dev/null 2>&1 &)")
+	// Started by the engine, detached: the sandbox is stopped within
+	// milliseconds of passing its limit, which would cut a request to
+	// execd still answering.
+	if out, err := exec.Command("docker", "exec", "-d", containerName(id), "dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M", "count=1024").CombinedOutput(); err != nil {
+		t.Fatalf("docker exec: %v: %s", err, out)
+	}
 	wantStopped(t, rt, id, 32<<20, maxOvershoot)
 }
 

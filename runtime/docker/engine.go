@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -42,7 +43,7 @@ func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case client.IsErrNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return fmt.Errorf("%w: %v", errNoSuchObject, err)
 	case strings.Contains(err.Error(), "Conflict.") || strings.Contains(err.Error(), "is already in use"):
 		return fmt.Errorf("%w: %v", errNameConflict, err)
@@ -204,7 +205,7 @@ func (e *engine) imageExists(ctx context.Context, ref string) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case client.IsErrNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return false, nil
 	}
 	return false, fmt.Errorf("inspect image %s: %w", ref, err)
@@ -285,7 +286,7 @@ func (e *engine) volumeExists(ctx context.Context, name string) (map[string]stri
 	switch {
 	case err == nil:
 		return v.Labels, true, nil
-	case client.IsErrNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return nil, false, nil
 	}
 	return nil, false, fmt.Errorf("inspect volume %s: %w", name, err)
@@ -426,7 +427,7 @@ func filesOf(c *container.InspectResponse) containerFiles {
 func (e *engine) ensureIsolatedNetwork(ctx context.Context, name string) error {
 	if _, err := e.c.NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
 		return nil
-	} else if !client.IsErrNotFound(err) {
+	} else if !cerrdefs.IsNotFound(err) {
 		return err
 	}
 	_, err := e.c.NetworkCreate(ctx, name, network.CreateOptions{

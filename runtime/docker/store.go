@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -93,7 +94,7 @@ type snapshotRecord struct {
 func openStore(path string) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: another server holds it", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)

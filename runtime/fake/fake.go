@@ -38,7 +38,6 @@ type Runtime struct {
 	sandboxes map[sandbox.ID]*entry
 	snapshots map[sandbox.SnapshotID]*sandbox.Snapshot
 	faults    map[string]error
-	closed    bool
 }
 
 type entry struct {

@@ -135,13 +135,6 @@ type Config struct {
 // extRuntimeClass is the extension that picks a sandbox's RuntimeClass.
 const extRuntimeClass = "kubernetes.runtimeClassName"
 
-// DefaultConfig returns the configuration with every default filled in.
-func DefaultConfig() Config {
-	var c Config
-	c.setDefaults()
-	return c
-}
-
 func (c *Config) setDefaults() {
 	c.ExecdImage = cmp.Or(c.ExecdImage, "opensandbox/execd:latest")
 	c.ImagePullPolicy = cmp.Or(c.ImagePullPolicy, string(corev1.PullIfNotPresent))
