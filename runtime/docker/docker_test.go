@@ -20,6 +20,7 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/runtime/runtimetest"
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 const testImage = "opensandbox/busybox"
