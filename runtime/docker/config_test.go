@@ -599,12 +599,14 @@ func TestContainerConfigHardeningCanFail(t *testing.T) {
 		"no-host-namespaces":           func(b *built) { b.hc.PidMode = "host" },
 		"no-devices-or-sysctls":        func(b *built) { b.hc.Sysctls = map[string]string{"net.ipv4.ip_forward": "1"} },
 		"on-the-runtime-network":       func(b *built) { b.hc.NetworkMode = "host" },
-		"ports-on-bind-ip-only":        func(b *built) { b.hc.PortBindings[nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort))] = []nat.PortBinding{{HostIP: "0.0.0.0"}} },
-		"pids-limit":                   func(b *built) { b.hc.PidsLimit = nil },
-		"memory-limit-without-swap":    func(b *built) { b.hc.MemorySwap = -1 },
-		"cpu-limit":                    func(b *built) { b.hc.NanoCPUs = 0 },
-		"oci-runtime-allowed":          func(b *built) { b.hc.Runtime = "kata" },
-		"execd-mounted-read-only":      func(b *built) { b.hc.Mounts[0].ReadOnly = false },
+		"ports-on-bind-ip-only": func(b *built) {
+			b.hc.PortBindings[nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort))] = []nat.PortBinding{{HostIP: "0.0.0.0"}}
+		},
+		"pids-limit":                func(b *built) { b.hc.PidsLimit = nil },
+		"memory-limit-without-swap": func(b *built) { b.hc.MemorySwap = -1 },
+		"cpu-limit":                 func(b *built) { b.hc.NanoCPUs = 0 },
+		"oci-runtime-allowed":       func(b *built) { b.hc.Runtime = "kata" },
+		"execd-mounted-read-only":   func(b *built) { b.hc.Mounts[0].ReadOnly = false },
 		"volumes-as-asked": func(b *built) {
 			b.hc.Mounts = append(b.hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"})
 		},
