@@ -43,6 +43,10 @@ const (
 // with the defaults filled in as New fills them. storage is the storage
 // enforcement the runtime found ("" for none, storageWatch,
 // storageEngine).
+
+// execdTCP is execd's port as the engine names it.
+var execdTCP = nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort))
+
 func configFor(t *testing.T, storage string, mod func(*Config)) *Config {
 	t.Helper()
 	cfg := Config{DataDir: configDataDir, ExecdPath: "/usr/local/libexec/execd", LabelScope: "unit"}
@@ -599,14 +603,12 @@ func TestContainerConfigHardeningCanFail(t *testing.T) {
 		"no-host-namespaces":           func(b *built) { b.hc.PidMode = "host" },
 		"no-devices-or-sysctls":        func(b *built) { b.hc.Sysctls = map[string]string{"net.ipv4.ip_forward": "1"} },
 		"on-the-runtime-network":       func(b *built) { b.hc.NetworkMode = "host" },
-		"ports-on-bind-ip-only": func(b *built) {
-			b.hc.PortBindings[nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort))] = []nat.PortBinding{{HostIP: "0.0.0.0"}}
-		},
-		"pids-limit":                func(b *built) { b.hc.PidsLimit = nil },
-		"memory-limit-without-swap": func(b *built) { b.hc.MemorySwap = -1 },
-		"cpu-limit":                 func(b *built) { b.hc.NanoCPUs = 0 },
-		"oci-runtime-allowed":       func(b *built) { b.hc.Runtime = "kata" },
-		"execd-mounted-read-only":   func(b *built) { b.hc.Mounts[0].ReadOnly = false },
+		"ports-on-bind-ip-only":        func(b *built) { b.hc.PortBindings[execdTCP] = []nat.PortBinding{{HostIP: "0.0.0.0"}} },
+		"pids-limit":                   func(b *built) { b.hc.PidsLimit = nil },
+		"memory-limit-without-swap":    func(b *built) { b.hc.MemorySwap = -1 },
+		"cpu-limit":                    func(b *built) { b.hc.NanoCPUs = 0 },
+		"oci-runtime-allowed":          func(b *built) { b.hc.Runtime = "kata" },
+		"execd-mounted-read-only":      func(b *built) { b.hc.Mounts[0].ReadOnly = false },
 		"volumes-as-asked": func(b *built) {
 			b.hc.Mounts = append(b.hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"})
 		},
