@@ -13,8 +13,12 @@ import (
 
 func TestSnapshots(t *testing.T) {
 	e, rt := newEnv(t)
+	// A sandbox that stays Pending (the fake's delay is read at create).
+	rt.StartDelay = time.Hour
+	pending := e.create("")
+	rt.StartDelay = 10 * time.Millisecond
+	e.call("POST", "/v1/sandboxes/"+pending+"/snapshots", "").wantError(t, 409, api.CodeSnapshotInvalidSourceState)
 	a, b := e.create(""), e.create("")
-	e.call("POST", "/v1/sandboxes/"+a+"/snapshots", "").wantError(t, 409, api.CodeSnapshotInvalidSourceState) // still Pending
 	e.waitState(a, sandbox.StateRunning)
 	e.waitState(b, sandbox.StateRunning)
 
