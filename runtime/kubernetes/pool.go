@@ -47,6 +47,11 @@ const (
 type poolTrackers struct {
 	mu     sync.Mutex
 	byName map[string]*warmpool.Tracker
+	// starting is held (read) by each warm pod's creation, from the check
+	// that its pool still exists until the pod is written; DeletePool
+	// takes it once its pool is gone from the cache, so that no pod of
+	// the pool lands after its sweep.
+	starting sync.RWMutex
 }
 
 func (p *poolTrackers) get(name string) *warmpool.Tracker {
@@ -299,6 +304,10 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 		return apiError("delete pool "+name, err)
 	}
 	r.waitPool(ctx, name, nil)
+	// Starts this replica's pool loop began before the pool was gone
+	// end before the sweep; later ones see it gone. (Another replica's
+	// leader sweeps what its own late starts leave, at its next pass.)
+	r.pools.starting.Lock()
 	n := 0
 	for _, pod := range r.allPods() {
 		if pod.Labels[labelPool] == name && pod.Labels[labelWarm] != "" {
@@ -308,6 +317,7 @@ func (r *Runtime) DeletePool(ctx context.Context, name string) error {
 			}
 		}
 	}
+	r.pools.starting.Unlock()
 	r.pools.mu.Lock()
 	delete(r.pools.byName, name)
 	r.pools.mu.Unlock()
@@ -661,6 +671,13 @@ func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, t *warmpool.
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			r.pools.starting.RLock()
+			defer r.pools.starting.RUnlock()
+			if cm, err := r.poolDefs.Get(poolConfigMapName(def.Name)); err != nil {
+				return // deleted since this pass read it
+			} else if cur, err := decodePool(cm); err != nil || !cur.CreatedAt.Equal(def.CreatedAt) {
+				return // deleted, and maybe made again, since
+			}
 			id := sandbox.NewID()
 			pod, err := podFor(&r.cfg, r.ns, id, &spec, time.Now().UTC(), def.Name, def.Revision)
 			if err == nil {
