@@ -379,45 +379,6 @@ func TestPoolRefillsPastOnePass(t *testing.T) {
 	waitPool(t, rt, "wide", func(st sandbox.PoolStatus) bool { return st.Available == n })
 }
 
-// TestPoolThirtyClaimsOnFive: 30 claims at once on a pool of 5 ready
-// sandboxes hand out exactly 5, each once; 25 find the pool empty.
-func TestPoolThirtyClaimsOnFive(t *testing.T) {
-	rt := newTestRuntime(t, nil)
-	createPool(t, rt, testPool("five", 5, 5, 5), 5)
-	var (
-		mu    sync.Mutex
-		got   = map[sandbox.ID]int{}
-		empty int
-		wg    sync.WaitGroup
-	)
-	for range 30 {
-		wg.Go(func() {
-			sb, err := rt.Claim(context.Background(), "five", sandbox.Spec{})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errors.Is(err, sandbox.ErrPoolEmpty):
-				empty++
-			case err != nil:
-				t.Errorf("claim: %v", err)
-			default:
-				got[sb.ID]++
-			}
-		})
-	}
-	wg.Wait()
-	if len(got) != 5 || empty != 25 {
-		info, _ := rt.GetPool(context.Background(), "five")
-		t.Fatalf("%d sandboxes handed out, %d empty answers; want 5 and 25 (pool now %+v)", len(got), empty, info.Status)
-	}
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("sandbox %s handed out %d times", id, n)
-		}
-		mustRun(t, rt, id, "true")
-	}
-}
-
 // breakWarm sets the execd token the runtime keeps for warm sandboxes
 // of pool to a wrong one, for n of them (oldest first), so that their
 // execd refuses the hand-over; it returns their ids.

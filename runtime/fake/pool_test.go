@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,55 +57,6 @@ func waitPool(t *testing.T, rt *fake.Pooled, name string, cond func(sandbox.Pool
 
 func full(n int) func(sandbox.PoolStatus) bool {
 	return func(st sandbox.PoolStatus) bool { return st.Available == n && st.Starting == 0 }
-}
-
-// TestPooledThirtyClaimsOnFive: 30 claims at once on 5 warm sandboxes hand
-// out exactly 5, each once, and they become ordinary sandboxes.
-func TestPooledThirtyClaimsOnFive(t *testing.T) {
-	rt := newPooled(t)
-	ctx := context.Background()
-	if _, err := rt.CreatePool(ctx, pool("five", "busybox", 5, 5)); err != nil {
-		t.Fatal(err)
-	}
-	waitPool(t, rt, "five", full(5))
-	if list, _ := rt.List(ctx); len(list) != 0 {
-		t.Fatalf("warm sandboxes are listed: %d", len(list))
-	}
-	var (
-		mu    sync.Mutex
-		got   = map[sandbox.ID]int{}
-		empty int
-		wg    sync.WaitGroup
-	)
-	for range 30 {
-		wg.Go(func() {
-			sb, err := rt.Claim(ctx, "five", sandbox.Spec{Metadata: map[string]string{"a": "b"}})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errors.Is(err, sandbox.ErrPoolEmpty):
-				empty++
-			case err != nil:
-				t.Errorf("claim: %v", err)
-			default:
-				got[sb.ID]++
-			}
-		})
-	}
-	wg.Wait()
-	if len(got) != 5 || empty != 25 {
-		t.Fatalf("%d handed out, %d empty; want 5 and 25", len(got), empty)
-	}
-	for id, n := range got {
-		sb, err := rt.Get(ctx, id)
-		if n != 1 || err != nil || sb.Metadata["a"] != "b" || sb.Status.State != sandbox.StateRunning {
-			t.Errorf("%s handed out %d times: %+v, %v", id, n, sb, err)
-		}
-	}
-	st := waitPool(t, rt, "five", full(5))
-	if st.Allocated != 5 || st.Claims != 5 || st.Misses != 25 {
-		t.Errorf("status %+v", st)
-	}
 }
 
 // TestPooledFailingTemplate: a pool whose sandboxes fail reports why,
