@@ -39,6 +39,11 @@ type Config struct {
 	// ...): "DOCKER" or "KUBERNETES". Default "DOCKER".
 	RuntimeName string
 
+	// Egress is the runtime's egress settings when it enforces network
+	// policies; nil when it does not, and a create with a networkPolicy is
+	// refused.
+	Egress *sandbox.EgressConfig
+
 	// PublicAddress is this server's host:port as clients reach it,
 	// without scheme or path; use_server_proxy endpoints are built on it.
 	// Default: the Host header of the request asking for the endpoint.

@@ -33,6 +33,8 @@ type fileConfig struct {
 	Server  serverConfig  `toml:"server"`
 	Runtime runtimeConfig `toml:"runtime"`
 	Pools   []poolConfig  `toml:"pools"`
+	// Egress is how sandboxes with a network policy are enforced.
+	Egress sandbox.EgressConfig `toml:"egress"`
 }
 
 // poolConfig is one [[pools]] table: a warm pool the server keeps.
@@ -180,9 +182,13 @@ func (c *fileConfig) setDefaults() {
 	if c.Runtime.Type == "" {
 		c.Runtime.Type = "docker"
 	}
+	c.Egress.SetDefaults()
 }
 
 func (c *fileConfig) validate() error {
+	if err := c.Egress.Validate(); err != nil {
+		return err
+	}
 	s := &c.Server
 	if s.APIKey == "" && !s.Insecure {
 		return errNoAPIKey

@@ -68,10 +68,14 @@ func (m *Main) Run(ctx context.Context) error {
 	log := m.logger()
 	metrics := lifecycle.NewMetrics()
 	var rt sandbox.Runtime
+	// egress is set when the runtime enforces network policies.
+	var egress *sandbox.EgressConfig
 	switch cfg.Runtime.Type {
 	case "docker":
 		dcfg := cfg.Runtime.Docker
 		dcfg.Observer = metrics
+		dcfg.Egress = cfg.Egress
+		egress = &dcfg.Egress
 		drt, err := docker.New(dcfg, log)
 		if err != nil {
 			return fmt.Errorf("docker runtime: %w", err)
@@ -109,6 +113,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Version:              version,
 		Metrics:              metrics,
 		MetricsPublic:        cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
+		Egress:               egress,
 	})
 	if err != nil {
 		return err

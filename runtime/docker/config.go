@@ -16,7 +16,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -100,6 +99,10 @@ type Config struct {
 	// resolv.conf. The guard lets sandboxes reach them on port 53.
 	DNS []string `toml:"dns"`
 
+	// Egress is how sandboxes with a network policy are enforced: the
+	// server's [egress] section, which the server copies here.
+	Egress sandbox.EgressConfig `toml:"-"`
+
 	// Observer receives the runtime's measurements: sandboxes ready,
 	// image pulls, reconciliations. It is not read from the file; the
 	// server sets it. Default: sandbox.NopObserver.
@@ -153,6 +156,7 @@ func (c *Config) setDefaults() {
 		c.Observer = sandbox.NopObserver{}
 	}
 	c.setNetworkDefaults()
+	c.Egress.SetDefaults()
 	if c.ExecdPath == "" {
 		if self, err := os.Executable(); err == nil {
 			c.ExecdPath = filepath.Join(filepath.Dir(self), "execd")
@@ -297,15 +301,9 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		cmd = []string{"--claimable", "--"}
 		labels[labelHeld] = "true"
 	}
-	execdPort, appPort := nat.Port(fmt.Sprintf("%d/tcp", api.ExecdPort)), nat.Port("8080/tcp")
-	exposed := nat.PortSet{execdPort: {}}
-	bindings := nat.PortMap{execdPort: {{HostIP: cfg.BindIP}}}
-	if !spec.SecureAccess {
-		// The app port is published directly; with secure access every
-		// port goes through execd's proxy, which wants the token.
-		exposed[appPort] = struct{}{}
-		bindings[appPort] = []nat.PortBinding{{HostIP: cfg.BindIP}}
-	}
+	// The app port is published directly; with secure access every port
+	// goes through execd's proxy, which wants the token.
+	exposed, bindings := publishedPorts(cfg, spec.SecureAccess, false)
 	cc := &container.Config{
 		Image:        spec.Image,
 		Entrypoint:   []string{execdInSandbox},
@@ -366,6 +364,9 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 		if err := applyStorage(cfg, hc, limit, ociRuntime); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+	if hasEgress(spec) {
+		joinEgress(id, cc, hc)
 	}
 	return cc, hc, platform, nil
 }

@@ -82,6 +82,8 @@ type Runtime struct {
 type entry struct {
 	sb    sandbox.Sandbox
 	token string
+	// egressToken is the token of its egress API, "" when it has none.
+	egressToken string
 	// gen counts changes of the entry; Reconcile leaves alone an entry
 	// that changed while it looked at the engine.
 	gen uint64
@@ -355,6 +357,10 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 	if _, _, _, err := containerConfig(&r.cfg, id, &spec, created, token, pool); err != nil {
 		return nil, err
 	}
+	egressToken := ""
+	if hasEgress(&spec) {
+		egressToken = newToken()
+	}
 	if rt := spec.Extensions[extRuntime]; rt != "" && rt != "runc" && !r.runtimes[rt] {
 		return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
 			fmt.Sprintf("extension %s: the engine has no runtime %q", extRuntime, rt))
@@ -372,6 +378,7 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 		Metadata: maps.Clone(spec.Metadata), Extensions: maps.Clone(spec.Extensions), Platform: spec.Platform,
 		SecureAccess: spec.SecureAccess, CreatedAt: created, ExpiresAt: spec.ExpiresAt,
 		NeededAuth: spec.ImageAuth != nil, Token: token, Pool: pool, PoolRevision: revision,
+		EgressToken: egressToken,
 	}
 	for _, v := range spec.Volumes {
 		if v.Claim != nil && v.SubPath != "" && !slices.Contains(rec.SubPathVolumes, v.Claim.Name) {
@@ -383,6 +390,7 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 	rec.Spec = &stored
 
 	e := newEntry(recordSandbox(rec), token)
+	e.egressToken = egressToken
 	e.pool, e.from, e.revision = pool, pool, revision
 	e.fresh = true
 	if pool == "" {
@@ -509,6 +517,11 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 	if err := r.eng.remove(ctx, containerName(id)); err != nil {
 		return fmt.Errorf("remove container of %s: %w", id, err)
 	}
+	// Its egress container goes after it: the sandbox never runs without
+	// its rules.
+	if err := r.eng.remove(ctx, egressName(id)); err != nil {
+		return fmt.Errorf("remove egress container of %s: %w", id, err)
+	}
 	r.removeSandboxPins(id)
 	if rec, err := r.st.record(id); err == nil && rec != nil {
 		for _, v := range rec.OwnedVolumes {
@@ -571,6 +584,11 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 			fmt.Sprintf("sandbox %s has no published ports (%s: %s)", id, st.State, st.Message))
 	}
 	headers := map[string]string{sandbox.HeaderExecdToken: e.token}
+	if port == sandbox.PortEgress {
+		if ep, ok := r.egressEndpoint(e.ports, e.egressToken); ok {
+			return ep, nil
+		}
+	}
 	switch {
 	case port == api.ExecdPort:
 		return sandbox.Endpoint{Address: r.publicAddr(execd), Headers: headers}, nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,14 +116,49 @@ func (e *engine) list(ctx context.Context, label string) ([]containerInfo, error
 				}
 			}
 		}
-		for _, p := range c.Ports {
-			if p.PublicPort != 0 && p.Type == "tcp" {
-				info.Ports[int(p.PrivatePort)] = net.JoinHostPort(p.IP, strconv.Itoa(int(p.PublicPort)))
-			}
-		}
+		info.Ports = listedPorts(c.Ports)
 		out = append(out, info)
 	}
-	return out, nil
+	return e.egressPorts(ctx, out)
+}
+
+// listedPorts are the published TCP ports of a listed container.
+func listedPorts(ports []container.Port) map[int]string {
+	out := map[int]string{}
+	for _, p := range ports {
+		if p.PublicPort != 0 && p.Type == "tcp" {
+			out[int(p.PrivatePort)] = net.JoinHostPort(p.IP, strconv.Itoa(int(p.PublicPort)))
+		}
+	}
+	return out
+}
+
+// egressPorts gives each listed container that joined an egress
+// container's network namespace (egress.go) the ports published from
+// that container: one more engine call, when there is any.
+func (e *engine) egressPorts(ctx context.Context, cs []containerInfo) ([]containerInfo, error) {
+	if !slices.ContainsFunc(cs, func(c containerInfo) bool { return c.Labels[labelEgress] != "" }) {
+		return cs, nil
+	}
+	egs, err := e.c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labelEgressOf))})
+	if err != nil {
+		return nil, fmt.Errorf("list egress containers: %w", err)
+	}
+	byName := map[string]map[int]string{}
+	for _, c := range egs {
+		for _, n := range c.Names {
+			byName[strings.TrimPrefix(n, "/")] = listedPorts(c.Ports)
+		}
+	}
+	for i := range cs {
+		if name := cs[i].Labels[labelEgress]; name != "" {
+			cs[i].Ports = byName[name]
+			if cs[i].Ports == nil {
+				cs[i].Ports = map[int]string{}
+			}
+		}
+	}
+	return cs, nil
 }
 
 func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) {
@@ -134,6 +170,14 @@ func (e *engine) inspect(ctx context.Context, id string) (containerInfo, error) 
 	if c.State != nil {
 		info.State, info.ExitCode, info.OOMKilled, info.Error = c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.Error
 		info.StartedAt = c.State.StartedAt
+	}
+	if name := info.Labels[labelEgress]; name != "" {
+		// Its ports are published from its egress container.
+		if eg, err := e.c.ContainerInspect(ctx, name); err == nil {
+			c.NetworkSettings = eg.NetworkSettings
+		} else {
+			c.NetworkSettings = nil
+		}
 	}
 	if c.NetworkSettings != nil {
 		for port, bindings := range c.NetworkSettings.Ports {

@@ -115,6 +115,12 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 		return &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("inspect the new container: %v", err)}
 	}
 	if info.State != "running" && info.State != "paused" {
+		if eg := info.Labels[labelEgress]; eg != "" && !created {
+			// Its namespace's owner must run before it can start.
+			if err := r.restartEgress(ctx, eg); err != nil {
+				return err
+			}
+		}
 		if info, err = r.startContainer(ctx, id, info.ID, spec.Volumes, !created); err != nil {
 			return err
 		}
@@ -223,11 +229,17 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		return containerInfo{}, err
 	}
 	r.mu.Lock()
-	token, pool := e.token, e.pool
+	token, pool, egressToken := e.token, e.pool, e.egressToken
 	r.mu.Unlock()
 	cc, hc, platform, err := containerConfig(&r.cfg, id, spec, e.sb.CreatedAt, token, pool)
 	if err != nil {
 		return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
+	}
+	if hasEgress(spec) {
+		// Enforcing before the sandbox's container exists.
+		if err := r.ensureEgress(ctx, e, spec, egressToken); err != nil {
+			return containerInfo{}, err
+		}
 	}
 	if ctx.Err() != nil {
 		return containerInfo{}, ctx.Err()

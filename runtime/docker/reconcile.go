@@ -108,6 +108,7 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		return
 	case rec.Failure != nil:
 		e := newEntry(recordSandbox(rec), rec.Token)
+		e.egressToken = rec.EgressToken
 		e.sb.Status = *rec.Failure
 		e.from, e.revision = rec.Pool, rec.PoolRevision
 		if !rec.Claimed {
@@ -128,6 +129,7 @@ func (r *Runtime) restore(ctx context.Context, rec *record, c *containerInfo) {
 		return
 	}
 	e := newEntry(recordSandbox(rec), rec.Token)
+	e.egressToken = rec.EgressToken
 	e.from, e.revision, e.heldStart = rec.Pool, rec.PoolRevision, rec.HeldStart
 	if !rec.Claimed {
 		e.pool = rec.Pool

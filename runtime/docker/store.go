@@ -83,6 +83,9 @@ type record struct {
 	// container whose held entrypoint was handed over (held.go); a
 	// container that started since waits for its own hand-over.
 	HeldStart string `json:"heldStart,omitempty"`
+	// EgressToken is the token of the sandbox's egress API; set when the
+	// sandbox runs beside osb-egress (egress.go).
+	EgressToken string `json:"egressToken,omitempty"`
 }
 
 // snapshotRecord is a snapshot and the image holding it.
