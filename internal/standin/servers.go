@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -92,7 +93,7 @@ func (n *Net) listenCounted(addr netip.AddrPort) (*Server, net.Listener) {
 
 // serveHTTP serves h on ln until the test ends.
 func (n *Net) serveHTTP(ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: connLifetime}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: connLifetime, ErrorLog: log.New(io.Discard, "", 0)} // refused handshakes are what tests provoke
 	go srv.Serve(ln)
 	n.t.Cleanup(func() { srv.Close() })
 }
