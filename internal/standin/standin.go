@@ -7,19 +7,23 @@
 // listeners inside the namespace. A block that fails reaches the test's
 // own listener; nothing leaves the host.
 //
+// The listeners make a small internet for egress tests: name servers
+// whose records change while they run (DNS, on UDP and TCP, over TLS and
+// over HTTPS), HTTP and HTTPS servers that note the SNI and Host they saw,
+// with certificates for any name from a per-Net test CA (and ECH), a TCP
+// server that speaks first, and UDP echo. Each Server counts what reached
+// it, so a test can show that a denied server saw nothing.
+//
 // Everything is removed in t.Cleanup, also when the test fails. It needs
 // root and the ip command. Only tests import it.
 package standin
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -28,6 +32,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/opensandbox/opensandbox/internal/testenv"
@@ -42,6 +47,10 @@ type Net struct {
 	peer string // the namespace's end
 	// gw4 and gw6 are the host end's addresses, the namespace's way back.
 	gw4, gw6 netip.Addr
+
+	caOnce sync.Once
+	ca     *authority // the test CA of the TLS servers, made on first use
+	caErr  error
 }
 
 // New makes a namespace with a veth pair to the host. gw4 and gw6 are
@@ -235,46 +244,30 @@ func (n *Net) Listen(addr netip.AddrPort) net.Listener {
 }
 
 // ServeHTTP answers every request at addr, inside the namespace, with
-// body, and returns addr's URL.
+// body, and returns addr's URL. ServeWeb does the same and returns the
+// Server, which counts what reached it.
 func (n *Net) ServeHTTP(addr netip.AddrPort, body string) string {
 	n.t.Helper()
-	ln := n.Listen(addr)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, body)
-	})}
-	go srv.Serve(ln)
-	n.t.Cleanup(func() { srv.Close() })
-	return "http://" + addr.String() + "/"
-}
-
-// DNS is a name server inside the namespace that knows a few names.
-type DNS struct {
-	mu      sync.Mutex
-	queries []string
-}
-
-// Queries returns the names asked so far, in order, each as
-// "NAME TYPE from ADDR".
-func (d *DNS) Queries() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.queries...)
-}
-
-func (d *DNS) record(q string) {
-	d.mu.Lock()
-	d.queries = append(d.queries, q)
-	d.mu.Unlock()
+	return n.ServeWeb(addr, body).URL
 }
 
 // ServeDNS runs a name server on UDP and TCP port 53 of addr inside the
 // namespace. It answers the names of records (fully qualified, "a.test.")
 // with their address, other names with NXDOMAIN, and never asks anyone
-// else.
+// else. The records can be changed while it runs through the DNS it
+// returns.
 func (n *Net) ServeDNS(addr netip.Addr, records map[string]netip.Addr) *DNS {
 	n.t.Helper()
-	d := &DNS{}
-	ap := netip.AddrPortFrom(addr, 53)
+	d := NewDNS(records)
+	n.ServeDNSOn(netip.AddrPortFrom(addr, 53), d)
+	return d
+}
+
+// ServeDNSOn serves d on UDP and TCP at ap inside the namespace (a name
+// server on a port other than 53, or a second server with the same
+// records).
+func (n *Net) ServeDNSOn(ap netip.AddrPort, d *DNS) {
+	n.t.Helper()
 	var pc net.PacketConn
 	var ln net.Listener
 	err := n.inside(func() (err error) {
@@ -287,53 +280,14 @@ func (n *Net) ServeDNS(addr netip.Addr, records map[string]netip.Addr) *DNS {
 	if err != nil {
 		n.t.Fatalf("DNS on %s in %s: %v", ap, n.Name, err)
 	}
-	n.t.Cleanup(func() { pc.Close(); ln.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			m, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if reply, err := answer(buf[:m], records, from.String(), d); err == nil {
-				pc.WriteTo(reply, from)
-			}
-		}
-	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go serveDNSConn(c, records, d)
-		}
-	}()
-	return d
-}
-
-// serveDNSConn answers the queries of one TCP connection (each message
-// after its 2-byte length).
-func serveDNSConn(c net.Conn, records map[string]netip.Addr, d *DNS) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		var l [2]byte
-		if _, err := io.ReadFull(r, l[:]); err != nil {
-			return
-		}
-		msg := make([]byte, int(l[0])<<8|int(l[1]))
-		if _, err := io.ReadFull(r, msg); err != nil {
-			return
-		}
-		reply, err := answer(msg, records, c.RemoteAddr().String(), d)
-		if err != nil {
-			return
-		}
-		if _, err := c.Write(append([]byte{byte(len(reply) >> 8), byte(len(reply))}, reply...)); err != nil {
-			return
-		}
-	}
+	udp := &dns.Server{PacketConn: pc, Handler: d}
+	tcp := &dns.Server{Listener: ln, Handler: d}
+	go udp.ActivateAndServe()
+	go tcp.ActivateAndServe()
+	n.t.Cleanup(func() {
+		pc.Close()
+		ln.Close()
+	})
 }
 
 var errNotAQuery = errors.New("not a query")

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/miekg/dns"
 )
 
 // TestStandIn: an address routed into the namespace answers from the
@@ -77,21 +77,25 @@ func TestStandIn(t *testing.T) {
 	}
 }
 
-func FuzzAnswer(f *testing.F) {
-	q := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1, RecursionDesired: true})
-	q.StartQuestions()
-	q.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("web.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
-	msg, _ := q.Finish()
+func FuzzReply(f *testing.F) {
+	q := new(dns.Msg)
+	q.SetQuestion("web.test.", dns.TypeA)
+	msg, _ := q.Pack()
+	f.Add(msg)
+	q.SetQuestion("alias.test.", dns.TypeAAAA)
+	msg, _ = q.Pack()
 	f.Add(msg)
 	f.Add([]byte{0, 1, 0, 0, 0, 1})
-	records := map[string]netip.Addr{"web.test.": netip.MustParseAddr("10.0.0.1")}
+	d := NewDNS(map[string]netip.Addr{"web.test.": netip.MustParseAddr("10.0.0.1")})
+	d.SetCNAME("alias.test", "web.test")
+	d.SetCNAME("loop.test", "loop.test")
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		reply, err := answer(msg, records, "fuzz", &DNS{})
+		reply, err := d.replyWire(msg, "fuzz")
 		if err != nil {
 			return
 		}
-		var p dnsmessage.Parser
-		if h, err := p.Start(reply); err != nil || !h.Response {
+		m := new(dns.Msg)
+		if err := m.Unpack(reply); err != nil || !m.Response {
 			t.Fatalf("reply %x does not parse as a response: %v", reply, err)
 		}
 	})
