@@ -352,6 +352,9 @@ func TestRebindingAddressesRemoved(t *testing.T) {
 		"loop6.test. AAAA":  {"loop6.test. 300 IN AAAA ::1"},
 		"mapped.test. AAAA": {"mapped.test. 300 IN AAAA ::ffff:10.0.0.1"},
 		"refused.test. A":   {"refused.test. 300 IN A 203.0.113.99"},
+		// The refused address spelt IPv4-mapped, which testDecider does
+		// not unmap: the server checks both forms.
+		"refused6.test. AAAA": {"refused6.test. 300 IN AAAA ::ffff:203.0.113.99"},
 		"mixed.test. A": {
 			"mixed.test. 300 IN A 10.0.0.1",
 			"mixed.test. 300 IN A 203.0.113.5",
@@ -363,7 +366,7 @@ func TestRebindingAddressesRemoved(t *testing.T) {
 		},
 	})
 	d := testDecider{
-		allow:  []string{"loop.test", "private.test", "metadata.test", "loop6.test", "mapped.test", "refused.test", "mixed.test", "via.test", "inner.test"},
+		allow:  []string{"loop.test", "private.test", "metadata.test", "loop6.test", "mapped.test", "refused.test", "refused6.test", "mixed.test", "via.test", "inner.test"},
 		refuse: addrs("203.0.113.99"),
 	}
 	s, rec := start(t, d, up.addr)
@@ -378,6 +381,7 @@ func TestRebindingAddressesRemoved(t *testing.T) {
 		{"loop6.test", dns.TypeAAAA, nil},
 		{"mapped.test", dns.TypeAAAA, nil},
 		{"refused.test", dns.TypeA, nil},
+		{"refused6.test", dns.TypeAAAA, nil},
 		{"via.test", dns.TypeA, nil},
 		{"mixed.test", dns.TypeA, addrs("203.0.113.5")},
 	} {
@@ -735,7 +739,7 @@ func TestMalformedPacketsDropped(t *testing.T) {
 		{},
 		{0x12},
 		wire[:5],
-		wire[:14],                       // header promises a question that is not there
+		wire[:14],                        // header promises a question that is not there
 		append(slices.Clone(wire), 0xc0), // trailing garbage
 		func() []byte { b := slices.Clone(wire); b[2] |= 0x80; return b }(), // a response
 		func() []byte { b := slices.Clone(wire); b[5] = 2; return b }(),     // two questions
