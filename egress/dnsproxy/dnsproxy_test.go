@@ -1,6 +1,7 @@
 package dnsproxy
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -652,25 +654,15 @@ func TestUpstreamDown(t *testing.T) {
 
 func TestUpstreamMismatchedAnswerRefused(t *testing.T) {
 	// An upstream that answers another question than the one asked.
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	other := mustRR(t, "other.test. 300 IN A 198.51.100.50")
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+	addr := serveUDP(t, func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		m.Question[0].Name = "other.test."
 		m.Answer = []dns.RR{dns.Copy(other)}
 		w.WriteMsg(m)
-	})}
-	up := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(up) }
-	go srv.ActivateAndServe()
-	<-up
-	t.Cleanup(func() { srv.Shutdown() })
-
-	s, rec := start(t, testDecider{allow: []string{"allowed.test", "other.test"}}, pc.LocalAddr().String())
+	})
+	s, rec := start(t, testDecider{allow: []string{"allowed.test", "other.test"}}, addr)
 	wantRcode(t, ask(t, s, "udp", "allowed.test", dns.TypeA), dns.RcodeServerFailure)
 	if got := rec.addrs("other.test"); len(got) != 0 {
 		t.Errorf("learned %v", got)
@@ -815,4 +807,106 @@ func TestStartCloseTwice(t *testing.T) {
 	}
 	pc.Close()
 	ln.Close()
+}
+
+func TestControlOnUpstreamSockets(t *testing.T) {
+	var big []string
+	for i := range 100 {
+		big = append(big, fmt.Sprintf("big.test. 300 IN A 198.51.100.%d", i+1))
+	}
+	up := newUpstream(t, map[string][]string{"big.test. A": big})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	s, err := New(Config{
+		Listen:    "127.0.0.1:0",
+		Upstreams: []string{up.addr},
+		Decider:   testDecider{allow: []string{"big.test"}},
+		Control: func(network, address string, c syscall.RawConn) error {
+			if address != up.addr {
+				t.Errorf("Control for %s, want the upstream %s", address, up.addr)
+			}
+			mu.Lock()
+			seen[network]++
+			mu.Unlock()
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	wantRcode(t, ask(t, s, "tcp", "big.test", dns.TypeA), dns.RcodeSuccess)
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["udp4"] != 1 || seen["tcp4"] != 1 {
+		t.Errorf("Control calls = %v, want one UDP and one TCP socket", seen)
+	}
+}
+
+func TestControlErrorFailsTheQuery(t *testing.T) {
+	up := newUpstream(t, map[string][]string{"allowed.test. A": {"allowed.test. 300 IN A 198.51.100.10"}})
+	s, err := New(Config{
+		Listen:    "127.0.0.1:0",
+		Upstreams: []string{up.addr},
+		Decider:   testDecider{allow: []string{"allowed.test"}},
+		Control: func(network, address string, c syscall.RawConn) error {
+			return errors.New("cannot mark")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	wantRcode(t, ask(t, s, "udp", "allowed.test", dns.TypeA), dns.RcodeServerFailure)
+	if n := up.count(); n != 0 {
+		t.Errorf("upstream saw %d queries from unmarked sockets", n)
+	}
+}
+
+// serveUDP runs h as a DNS server over UDP on loopback and returns its
+// address.
+func serveUDP(t *testing.T, h dns.HandlerFunc) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: h}
+	up := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(up) }
+	go srv.ActivateAndServe()
+	<-up
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+func TestFailingUpstreamSkipped(t *testing.T) {
+	var failed atomic.Int64
+	for _, rcode := range []int{dns.RcodeServerFailure, dns.RcodeRefused} {
+		bad := serveUDP(t, func(w dns.ResponseWriter, req *dns.Msg) {
+			failed.Add(1)
+			m := new(dns.Msg)
+			m.SetRcode(req, rcode)
+			w.WriteMsg(m)
+		})
+		good := newUpstream(t, map[string][]string{"allowed.test. A": {"allowed.test. 300 IN A 198.51.100.10"}})
+		s, _ := start(t, testDecider{allow: []string{"allowed.test"}}, bad, good.addr)
+		r := ask(t, s, "udp", "allowed.test", dns.TypeA)
+		wantRcode(t, r, dns.RcodeSuccess)
+		if good.count() != 1 {
+			t.Errorf("after %s: the next upstream saw %d queries", dns.RcodeToString[rcode], good.count())
+		}
+		// The last upstream's failure is the client's SERVFAIL.
+		s2, _ := start(t, testDecider{allow: []string{"allowed.test"}}, bad)
+		wantRcode(t, ask(t, s2, "udp", "allowed.test", dns.TypeA), dns.RcodeServerFailure)
+	}
+	if failed.Load() != 4 {
+		t.Errorf("failing upstreams saw %d queries, want 4", failed.Load())
+	}
 }
