@@ -101,7 +101,11 @@ func parseClientHello(b []byte) (clientHello, error) {
 			return clientHello{}, errMalformed
 		}
 		if len(hs) >= 4+msgLen {
-			return parseClientHelloBody(hs[4 : 4+msgLen])
+			hello, err := parseClientHelloBody(hs[4 : 4+msgLen])
+			if err != nil {
+				return clientHello{}, err
+			}
+			return hello, nil
 		}
 		if len(b) == 0 {
 			return clientHello{}, errIncomplete
