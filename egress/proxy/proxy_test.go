@@ -124,7 +124,7 @@ func (r *testResolver) LookupNetIP(_ context.Context, network, host string) ([]n
 // test per client connection: each client binds its own source address,
 // and the test records which destination that address "connected to".
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	p       *Proxy
 	addr    string
 	dec     *testDecider
@@ -137,7 +137,7 @@ type harness struct {
 	nextSrc uint32
 }
 
-func newHarness(t *testing.T, configure func(*Config)) *harness {
+func newHarness(t testing.TB, configure func(*Config)) *harness {
 	t.Helper()
 	h := &harness{
 		t: t,
@@ -276,7 +276,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 // listenSamePort listens on one port on each address.
-func listenSamePort(t *testing.T, addrs ...netip.Addr) (uint16, []*countingListener) {
+func listenSamePort(t testing.TB, addrs ...netip.Addr) (uint16, []*countingListener) {
 	t.Helper()
 	for attempt := 0; attempt < 20; attempt++ {
 		first, err := net.Listen("tcp", netip.AddrPortFrom(addrs[0], 0).String())
@@ -307,7 +307,7 @@ func listenSamePort(t *testing.T, addrs ...netip.Addr) (uint16, []*countingListe
 }
 
 // serve runs handle for each connection l accepts until the test ends.
-func serve(t *testing.T, l net.Listener, handle func(net.Conn)) {
+func serve(t testing.TB, l net.Listener, handle func(net.Conn)) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { l.Close(); wg.Wait() })
 	wg.Add(1)
