@@ -47,6 +47,10 @@ type peeked struct {
 	// err is nil, errMalformed, or errIncomplete when the client stopped
 	// sending (or ran out of time) in the middle of a hello or head.
 	err error
+	// silent means the client sent nothing within the first wait: the
+	// server may speak first, and the client's first bytes are still to
+	// be checked once they come.
+	silent bool
 }
 
 // decision is where a connection may go.
@@ -83,7 +87,7 @@ func (p *Proxy) handle(c *net.TCPConn, self netip.AddrPort) {
 		return
 	}
 
-	pk, err := p.peek(c)
+	pk, err := p.peek(c, p.cfg.PeekTimeout)
 	if err != nil {
 		p.log.Debug("read first bytes", keyDst, dst, keyError, err)
 		reset(c)
@@ -126,23 +130,59 @@ func (p *Proxy) handle(c *net.TCPConn, self netip.AddrPort) {
 			return
 		}
 	}
-	p.splice(c, up, d.payload)
+	var gate func() ([]byte, bool)
+	if pk.silent {
+		gate = p.lateGate(c, dst)
+	}
+	p.splice(c, up, d.payload, gate)
+}
+
+// lateGate returns the check of a silent client's first bytes, which
+// splice runs before it passes any of them upstream. The connection went
+// to its original destination as opaque TCP; a ClientHello or request
+// head that comes late must name a name that address was learned for,
+// or else a client could wait out PeekTimeout to carry a denied SNI to
+// an allowed name's address (a CDN neighbour).
+func (p *Proxy) lateGate(c *net.TCPConn, dst netip.AddrPort) func() ([]byte, bool) {
+	return func() ([]byte, bool) {
+		pk, err := p.peek(c, 0)
+		if err != nil || c.SetReadDeadline(time.Time{}) != nil {
+			return nil, false
+		}
+		d := p.decide(dst, pk)
+		reason := d.refuse
+		if reason == "" && d.name != "" && (p.cfg.Learned == nil || !p.cfg.Learned.Has(d.name, dst.Addr())) {
+			reason = "name sent late to an address not learned for it"
+		}
+		if reason != "" {
+			p.refuse(c, d.kind, d.name, dst, reason)
+			return nil, false
+		}
+		return pk.data, true
+	}
 }
 
 // peek reads the client's first bytes until they show what the
 // connection is: a ClientHello, a request head, or something else. It
-// waits PeekTimeout for the first byte (none: a server-first protocol),
-// then up to HeadTimeout since accept for the rest of a hello or head.
-func (p *Proxy) peek(c *net.TCPConn) (peeked, error) {
-	start := time.Now()
-	if err := c.SetReadDeadline(start.Add(p.cfg.PeekTimeout)); err != nil {
+// waits up to first for the first byte (0: without limit); when none
+// comes the result is opaque and silent (a protocol where the server
+// speaks first). Once bytes arrive, the rest of a hello or head must
+// follow within HeadTimeout.
+func (p *Proxy) peek(c *net.TCPConn, first time.Duration) (peeked, error) {
+	var deadline time.Time
+	if first > 0 {
+		deadline = time.Now().Add(first)
+	}
+	if err := c.SetReadDeadline(deadline); err != nil {
 		return peeked{}, fmt.Errorf("set read deadline: %w", err)
 	}
 	buf := make([]byte, 0, 2048)
-	extended := false
+	started := false
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, make([]byte, min(cap(buf), maxPeek-cap(buf)))...)[:len(buf)]
+			grown := make([]byte, len(buf), min(2*cap(buf), maxPeek))
+			copy(grown, buf)
+			buf = grown
 		}
 		n, err := c.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -155,9 +195,9 @@ func (p *Proxy) peek(c *net.TCPConn) (peeked, error) {
 				pk.err = errMalformed
 				return pk, nil
 			}
-			if !extended {
-				extended = true
-				if err := c.SetReadDeadline(start.Add(p.cfg.HeadTimeout)); err != nil {
+			if !started {
+				started = true
+				if err := c.SetReadDeadline(time.Now().Add(p.cfg.HeadTimeout)); err != nil {
 					return peeked{}, fmt.Errorf("set read deadline: %w", err)
 				}
 			}
@@ -165,10 +205,13 @@ func (p *Proxy) peek(c *net.TCPConn) (peeked, error) {
 		if err == nil {
 			continue
 		}
-		if len(buf) == 0 && (errors.Is(err, os.ErrDeadlineExceeded) || err == io.EOF) {
-			return peeked{class: classOpaque}, nil // the server speaks first, or nobody does
-		}
-		if len(buf) > 0 && (errors.Is(err, os.ErrDeadlineExceeded) || err == io.EOF) {
+		timeout := errors.Is(err, os.ErrDeadlineExceeded)
+		switch {
+		case len(buf) == 0 && timeout:
+			return peeked{class: classOpaque, silent: true}, nil
+		case len(buf) == 0 && err == io.EOF:
+			return peeked{class: classOpaque}, nil // the client sends nothing at all
+		case timeout || err == io.EOF:
 			return classify(buf), nil // still incomplete
 		}
 		return peeked{}, err
@@ -334,8 +377,11 @@ func (p *Proxy) dial(a netip.AddrPort) (net.Conn, error) {
 // splice sends payload upstream, then copies both ways until both sides
 // have finished sending. A side's EOF is passed on as a half-close; an
 // error on either side resets both. There is no idle timeout: TCP
-// keepalives find dead peers, and long quiet streams stay up.
-func (p *Proxy) splice(c *net.TCPConn, up net.Conn, payload []byte) {
+// keepalives find dead peers, and long quiet streams stay up. A non-nil
+// gate runs before the client's bytes flow upstream (while the
+// upstream's already flow to the client): it returns the bytes it read
+// to pass on, or false to reset both sides.
+func (p *Proxy) splice(c *net.TCPConn, up net.Conn, payload []byte, gate func() ([]byte, bool)) {
 	if !p.track(up) {
 		up.Close()
 		reset(c)
@@ -363,6 +409,17 @@ func (p *Proxy) splice(c *net.TCPConn, up net.Conn, payload []byte) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if gate != nil {
+			data, ok := gate()
+			if !ok {
+				abort()
+				return
+			}
+			if _, err := up.Write(data); err != nil {
+				abort()
+				return
+			}
+		}
 		// *net.TCPConn's ReadFrom moves the bytes with splice(2).
 		if _, err := io.Copy(up, c); err != nil || closeWrite(up) != nil {
 			abort()

@@ -72,8 +72,8 @@ type Config struct {
 	// before it takes the connection for a protocol where the server
 	// speaks first. Default 300ms.
 	PeekTimeout time.Duration
-	// HeadTimeout bounds the time from accept to a complete ClientHello or
-	// request head once the client has begun sending one. Default 10s.
+	// HeadTimeout bounds the time from a client's first byte to a
+	// complete ClientHello or request head. Default 10s.
 	HeadTimeout time.Duration
 	// DialTimeout bounds each upstream dial and each name lookup.
 	// Default 10s.

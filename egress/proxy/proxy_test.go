@@ -790,6 +790,47 @@ func TestOpaqueTCP(t *testing.T) {
 	})
 }
 
+// TestLateClientHello checks that a client cannot wait out PeekTimeout to
+// carry a name past the check: its first bytes are checked when they come.
+func TestLateClientHello(t *testing.T) {
+	cases := []struct {
+		sni, reason string // reason "" means the handshake succeeds
+	}{
+		{"allowed.test", ""},
+		{"denied.test", "name not allowed"},
+		{"rebind.test", "name sent late to an address not learned for it"},
+	}
+	for _, c := range cases {
+		t.Run(c.sni, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.PeekTimeout = 50 * time.Millisecond })
+			pki := newTestPKI(t)
+			port, ls := listenSamePort(t, addrOther)
+			serve(t, ls[0], tlsGreeter(pki.serverConfig(t, "allowed.test"), "other"))
+			dst := netip.AddrPortFrom(addrOther, port)
+			h.learned.learn("allowed.test", addrOther)
+			conn := h.dial(dst)
+			// The proxy dials the learned address once the peek times out.
+			for deadline := time.Now().Add(waitFor); ls[0].n.Load() == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the proxy never dialed the learned address of a silent client")
+				}
+			}
+			got, err := tlsRoundTrip(conn, &tls.Config{ServerName: c.sni, InsecureSkipVerify: true})
+			if c.reason == "" {
+				if err != nil || got != "other got ping\n" {
+					t.Fatalf("round trip = %q, %v", got, err)
+				}
+				h.noDenial()
+				return
+			}
+			if err == nil {
+				t.Fatalf("late ClientHello for %s went through: %q", c.sni, got)
+			}
+			h.wantDenial(kindTLS, c.sni, dst, c.reason)
+		})
+	}
+}
+
 func TestHalfClose(t *testing.T) {
 	h := newHarness(t, nil)
 	port, ls := listenSamePort(t, addrOther)
