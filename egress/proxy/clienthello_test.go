@@ -145,8 +145,10 @@ func TestParseClientHelloPrefixes(t *testing.T) {
 }
 
 func FuzzParseClientHello(f *testing.F) {
-	f.Add(goClientHello(f, &tls.Config{ServerName: "allowed.test"}))
-	f.Add(goClientHello(f, &tls.Config{InsecureSkipVerify: true}))
+	// Small seeds (one classic key share) keep minimizing cheap.
+	x25519 := []tls.CurveID{tls.X25519}
+	f.Add(goClientHello(f, &tls.Config{ServerName: "allowed.test", CurvePreferences: x25519}))
+	f.Add(goClientHello(f, &tls.Config{InsecureSkipVerify: true, CurvePreferences: x25519}))
 	f.Add(buildHello(0, sniExt("a.test"), echExt()))
 	f.Add(buildHello(3, sniExt("a.test")))
 	f.Add(buildHello(0, sniExt("a.test", "b.test")))

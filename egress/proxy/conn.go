@@ -76,6 +76,9 @@ type decision struct {
 func (p *Proxy) handle(c *net.TCPConn, self netip.AddrPort) {
 	defer c.Close()
 	dst, err := p.cfg.OriginalDst(c)
+	if err == nil && !dst.IsValid() {
+		err = errors.New("no original destination")
+	}
 	if err != nil {
 		p.log.Debug("original destination", keyError, err)
 		reset(c)
