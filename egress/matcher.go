@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -21,15 +22,16 @@ type Overlay struct {
 // Matcher answers policy questions for one policy and one overlay. It
 // never changes after NewMatcher and is safe for concurrent use. Rules
 // are indexed: exact names in a map, wildcards in a map of suffixes (a
-// name is looked up once per label), addresses and prefixes in slices in
-// rule order.
+// name is looked up once per label), addresses and prefixes in a map of
+// masked prefixes (an address is looked up once per prefix length in
+// use).
 type Matcher struct {
 	policy  Policy
 	overlay Overlay
 	allow   bool // the default action
 	exact   map[string]ruleRef
 	wild    map[string]ruleRef
-	v4, v6  []prefixRule
+	v4, v6  prefixTable
 }
 
 // ruleRef is the position of a rule in the combined list (overlay deny,
@@ -39,10 +41,40 @@ type ruleRef struct {
 	allow bool
 }
 
-// prefixRule is an address or CIDR rule.
-type prefixRule struct {
-	prefix netip.Prefix
-	allow  bool
+// prefixTable indexes the address and CIDR rules of one family: the
+// first rule for each masked prefix, and the prefix lengths in use. A
+// lookup tries each length once.
+type prefixTable struct {
+	rules   map[netip.Prefix]ruleRef
+	lengths []int
+}
+
+// add indexes a rule; a later rule for the same prefix never matches.
+func (t *prefixTable) add(p netip.Prefix, ref ruleRef) {
+	if t.rules == nil {
+		t.rules = make(map[netip.Prefix]ruleRef)
+	}
+	if _, ok := t.rules[p]; ok {
+		return
+	}
+	t.rules[p] = ref
+	if !slices.Contains(t.lengths, p.Bits()) {
+		t.lengths = append(t.lengths, p.Bits())
+	}
+}
+
+// lookup returns the earliest rule that covers a.
+func (t *prefixTable) lookup(a netip.Addr) (best ruleRef, found bool) {
+	for _, bits := range t.lengths {
+		p, err := a.Prefix(bits)
+		if err != nil {
+			continue
+		}
+		if r, ok := t.rules[p]; ok && (!found || r.index < best.index) {
+			best, found = r, true
+		}
+	}
+	return best, found
 }
 
 var _ Decider = (*Matcher)(nil)
@@ -63,10 +95,10 @@ func NewMatcher(o Overlay, p Policy) (*Matcher, error) {
 		wild:    make(map[string]ruleRef),
 	}
 	index := 0
-	add := func(where, action, raw string) error {
+	add := func(where func() string, action, raw string) error {
 		t, err := parseTarget(raw)
 		if err != nil {
-			return fmt.Errorf("%s: %w", where, err)
+			return fmt.Errorf("%s: %w", where(), err)
 		}
 		ref := ruleRef{index: index, allow: action == ActionAllow}
 		index++
@@ -80,22 +112,21 @@ func NewMatcher(o Overlay, p Policy) (*Matcher, error) {
 				m.wild[t.name] = ref
 			}
 		case kindPrefix:
-			pr := prefixRule{prefix: t.prefix, allow: ref.allow}
 			if t.prefix.Addr().Is4() {
-				m.v4 = append(m.v4, pr)
+				m.v4.add(t.prefix, ref)
 			} else {
-				m.v6 = append(m.v6, pr)
+				m.v6.add(t.prefix, ref)
 			}
 		}
 		return nil
 	}
 	for _, t := range o.Deny {
-		if err := add("always-deny", ActionDeny, t); err != nil {
+		if err := add(func() string { return "always-deny" }, ActionDeny, t); err != nil {
 			return nil, err
 		}
 	}
 	for _, t := range o.Allow {
-		if err := add("always-allow", ActionAllow, t); err != nil {
+		if err := add(func() string { return "always-allow" }, ActionAllow, t); err != nil {
 			return nil, err
 		}
 	}
@@ -104,7 +135,7 @@ func NewMatcher(o Overlay, p Policy) (*Matcher, error) {
 		if err != nil {
 			return nil, fmt.Errorf("egress[%d]: %w", i, err)
 		}
-		if err := add(fmt.Sprintf("egress[%d]", i), action, r.Target); err != nil {
+		if err := add(func() string { return fmt.Sprintf("egress[%d]", i) }, action, r.Target); err != nil {
 			return nil, err
 		}
 	}
@@ -182,14 +213,12 @@ func (m *Matcher) judge(a netip.Addr, resolved bool) bool {
 }
 
 func (m *Matcher) judgeOne(a netip.Addr, resolved bool) bool {
-	rules := m.v6
+	table := &m.v6
 	if a.Is4() {
-		rules = m.v4
+		table = &m.v4
 	}
-	for _, r := range rules {
-		if r.prefix.Contains(a) {
-			return r.allow
-		}
+	if r, ok := table.lookup(a); ok {
+		return r.allow
 	}
 	if IsSpecial(a) {
 		return false
