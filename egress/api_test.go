@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -454,7 +453,7 @@ func TestAPIConcurrent(t *testing.T) {
 				w := httptest.NewRecorder()
 				f.h.ServeHTTP(w, r)
 				var st api.PolicyStatus
-				if err := json.NewDecoder(io.Reader(w.Body)).Decode(&st); err != nil || st.Policy == nil {
+				if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || st.Policy == nil {
 					errs <- fmt.Errorf("GET: %v %q", err, w.Body.String())
 					return
 				}

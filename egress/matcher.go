@@ -201,6 +201,7 @@ func (m *Matcher) Resolved(a netip.Addr) bool { return m.judge(a, true) }
 // action. Mapped and NAT64 addresses are treated as in Resolved.
 func (m *Matcher) Addr(a netip.Addr) bool { return m.judge(a, false) }
 
+// judge answers Addr (resolved false) and Resolved (resolved true).
 func (m *Matcher) judge(a netip.Addr, resolved bool) bool {
 	if !a.IsValid() {
 		return false
@@ -212,6 +213,7 @@ func (m *Matcher) judge(a netip.Addr, resolved bool) bool {
 	return m.judgeOne(a, resolved)
 }
 
+// judgeOne judges one plain (unmapped, zoneless) address.
 func (m *Matcher) judgeOne(a netip.Addr, resolved bool) bool {
 	table := &m.v6
 	if a.Is4() {
