@@ -6,7 +6,7 @@ type PolicyStatus struct {
 	Status string `json:"status,omitempty"`
 	// Mode is "deny_all", "allow_all" or "enforcing".
 	Mode string `json:"mode,omitempty"`
-	// EnforcementMode is "dns" or "dns+nft".
+	// EnforcementMode is "strict", "dns+nft" or "dns".
 	EnforcementMode string         `json:"enforcementMode,omitempty"`
 	Reason          string         `json:"reason,omitempty"`
 	Policy          *NetworkPolicy `json:"policy,omitempty"`

@@ -32,10 +32,11 @@ type PlatformSpec struct {
 	Arch string `json:"arch"`
 }
 
-// NetworkPolicy is the egress policy of a sandbox.
+// NetworkPolicy is the egress policy of a sandbox. The egress API sends
+// Egress as [] when there are no rules, never null or absent.
 type NetworkPolicy struct {
 	DefaultAction string        `json:"defaultAction,omitempty"`
-	Egress        []NetworkRule `json:"egress,omitempty"`
+	Egress        []NetworkRule `json:"egress"`
 }
 
 // NetworkRule is one rule of a NetworkPolicy.
