@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -40,10 +41,14 @@ const natPriority = nftables.ChainPriority(-110)
 // socket opened in the namespace where Open ran. Its methods are safe for
 // concurrent use. Closing it leaves the rules in force.
 type Table struct {
-	mu    sync.Mutex
-	conn  *nftables.Conn
-	table *nftables.Table
+	mu     sync.Mutex
+	conn   *nftables.Conn
+	table  *nftables.Table
+	closed bool // after Close the library would dial in the caller's namespace
 }
+
+// ErrClosed is returned by the methods of a closed Table.
+var ErrClosed = errors.New("nftables table is closed")
 
 // Open connects to nftables in the calling thread's network namespace
 // (lock the thread with runtime.LockOSThread when it was switched). It
@@ -64,6 +69,10 @@ func Open() (*Table, error) {
 func (t *Table) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
 	if err := t.conn.CloseLasting(); err != nil {
 		return fmt.Errorf("close nftables netlink socket: %w", err)
 	}
@@ -74,6 +83,9 @@ func (t *Table) Close() error {
 func (t *Table) Remove() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
 	t.conn.DelTable(t.table)
 	if err := t.conn.Flush(); err != nil {
 		return fmt.Errorf("delete table %s: %w", TableName, err)
@@ -92,6 +104,9 @@ func (t *Table) Apply(cfg Config) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
 	if err := t.build(cfg); err != nil {
 		_ = t.conn.Flush() // drop the half-built batch; the error above says why
 		return fmt.Errorf("apply egress rules: %w", err)
@@ -120,6 +135,9 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
 	for _, s := range []struct {
 		set   *nftables.Set
 		elems []nftables.SetElement
@@ -142,6 +160,9 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 func (t *Table) Learned() ([]netip.Addr, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
 	var out []netip.Addr
 	for _, v6 := range []bool{false, true} {
 		s := t.learnedSet(v6)
@@ -270,7 +291,10 @@ func (t *Table) build(cfg Config) error {
 	rule(out, markIs(egress.Mark), verdict(expr.VerdictAccept))
 	rule(out, nfproto(unix.NFPROTO_IPV4), inSet(false, setNS4), jumpRefuse)
 	rule(out, nfproto(unix.NFPROTO_IPV6), inSet(true, setNS6), jumpRefuse)
-	rule(out, ifname(expr.MetaKeyOIFNAME, "lo", true), verdict(expr.VerdictAccept))
+	// Traffic that stays in the namespace. Not "oif lo": chains of one
+	// hook all see the output interface chosen before the nat chain
+	// redirected the packet to 127.0.0.1.
+	rule(out, daddrLocal(), verdict(expr.VerdictAccept))
 	rule(out, ctEstablished(), verdict(expr.VerdictAccept))
 	switch cfg.Mode {
 	case egress.ModeStrict:
@@ -361,6 +385,15 @@ func ifname(key expr.MetaKey, name string, eq bool) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Cmp{Op: op, Register: 1, Data: b},
+	}
+}
+
+// daddrLocal matches destinations that are addresses of the namespace
+// itself (loopback included), looked up after any redirect.
+func daddrLocal() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 	}
 }
 

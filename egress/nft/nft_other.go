@@ -3,11 +3,15 @@
 package nft
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"syscall"
 	"time"
 )
+
+// ErrClosed is returned by the methods of a closed Table.
+var ErrClosed = errors.New("nftables table is closed")
 
 // Table is the namespace's egress table; it exists on Linux only.
 type Table struct{}
