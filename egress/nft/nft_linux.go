@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/opensandbox/opensandbox/egress"
@@ -42,6 +45,7 @@ const natPriority = nftables.ChainPriority(-110)
 // concurrent use. Closing it leaves the rules in force.
 type Table struct {
 	mu     sync.Mutex
+	ns     *os.File // the namespace, to reconnect from any thread
 	conn   *nftables.Conn
 	table  *nftables.Table
 	closed bool // after Close the library would dial in the caller's namespace
@@ -54,14 +58,71 @@ var ErrClosed = errors.New("nftables table is closed")
 // (lock the thread with runtime.LockOSThread when it was switched). It
 // changes nothing until Apply.
 func Open() (*Table, error) {
-	conn, err := nftables.New(nftables.AsLasting())
+	ns, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	conn, err := dialNS(ns)
+	if err != nil {
+		ns.Close()
+		return nil, err
 	}
 	return &Table{
+		ns:    ns,
 		conn:  conn,
 		table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet},
 	}, nil
+}
+
+// sendBuffer is the netlink socket's send buffer: one Apply with the rule
+// cap's worth of prefixes is one message of several hundred KiB.
+const sendBuffer = 16 << 20
+
+// dialNS opens a lasting nftables connection in the namespace ns.
+func dialNS(ns *os.File) (*nftables.Conn, error) {
+	conn, err := nftables.New(
+		nftables.AsLasting(),
+		nftables.WithNetNSFd(int(ns.Fd())),
+		nftables.WithSockOptions(func(c *netlink.Conn) error {
+			raw, err := c.SyscallConn()
+			if err != nil {
+				return err
+			}
+			var sysErr error
+			err = raw.Control(func(fd uintptr) {
+				// FORCE passes net.core.wmem_max; it needs CAP_NET_ADMIN,
+				// which osb-egress has. Without it, take what SO_SNDBUF gives.
+				if sysErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer); sysErr != nil {
+					sysErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sendBuffer)
+				}
+			})
+			if err == nil {
+				err = sysErr
+			}
+			if err != nil {
+				return fmt.Errorf("set send buffer: %w", err)
+			}
+			return nil
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+	}
+	return conn, nil
+}
+
+// discardLocked throws away the messages queued on t.conn by opening a
+// new connection: a half-built batch must never be sent.
+func (t *Table) discardLocked() error {
+	_ = t.conn.CloseLasting()
+	conn, err := dialNS(t.ns)
+	if err != nil {
+		t.closed = true
+		t.ns.Close()
+		return fmt.Errorf("reconnect after a failed batch: %w", err)
+	}
+	t.conn = conn
+	return nil
 }
 
 // Close closes the netlink socket. The rules and learned addresses stay
@@ -73,6 +134,7 @@ func (t *Table) Close() error {
 		return nil
 	}
 	t.closed = true
+	t.ns.Close()
 	if err := t.conn.CloseLasting(); err != nil {
 		return fmt.Errorf("close nftables netlink socket: %w", err)
 	}
@@ -80,6 +142,7 @@ func (t *Table) Close() error {
 }
 
 // Remove deletes the whole table, rules and learned addresses included.
+// A missing table is not an error.
 func (t *Table) Remove() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -87,7 +150,7 @@ func (t *Table) Remove() error {
 		return ErrClosed
 	}
 	t.conn.DelTable(t.table)
-	if err := t.conn.Flush(); err != nil {
+	if err := t.conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete table %s: %w", TableName, err)
 	}
 	return nil
@@ -108,8 +171,7 @@ func (t *Table) Apply(cfg Config) error {
 		return ErrClosed
 	}
 	if err := t.build(cfg); err != nil {
-		_ = t.conn.Flush() // drop the half-built batch; the error above says why
-		return fmt.Errorf("apply egress rules: %w", err)
+		return errors.Join(fmt.Errorf("apply egress rules: %w", err), t.discardLocked())
 	}
 	if err := t.conn.Flush(); err != nil {
 		return fmt.Errorf("apply egress rules (mode %s): %w", cfg.Mode, err)
@@ -145,9 +207,8 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 		if len(s.elems) == 0 {
 			continue
 		}
-		if err := t.conn.SetAddElements(s.set, s.elems); err != nil {
-			_ = t.conn.Flush()
-			return fmt.Errorf("learn addresses: %w", err)
+		if err := addElements(t.conn, s.set, s.elems); err != nil {
+			return errors.Join(fmt.Errorf("learn addresses: %w", err), t.discardLocked())
 		}
 	}
 	if err := t.conn.Flush(); err != nil {
@@ -251,10 +312,8 @@ func (t *Table) build(cfg Config) error {
 			return fmt.Errorf("add set %s: %w", s.Name, err)
 		}
 		c.FlushSet(s)
-		if len(f.elems) > 0 {
-			if err := c.SetAddElements(s, f.elems); err != nil {
-				return fmt.Errorf("fill set %s: %w", s.Name, err)
-			}
+		if err := addElements(c, s, f.elems); err != nil {
+			return fmt.Errorf("fill set %s: %w", s.Name, err)
 		}
 		sets[s.Name] = s
 	}
@@ -324,6 +383,20 @@ func (t *Table) build(cfg Config) error {
 		port  uint16
 	}{{unix.IPPROTO_TCP, egress.ProxyPort}, {unix.IPPROTO_TCP, egress.DNSPort}, {unix.IPPROTO_UDP, egress.DNSPort}} {
 		rule(in, ifname(expr.MetaKeyIIFNAME, "lo", false), l4proto(p.proto), dport(p.port), jumpRefuse)
+	}
+	return nil
+}
+
+// elementsPerMessage keeps each message's element list well under the
+// 64 KiB a netlink attribute can hold.
+const elementsPerMessage = 512
+
+// addElements queues elems for set s, in as many messages as needed.
+func addElements(c *nftables.Conn, s *nftables.Set, elems []nftables.SetElement) error {
+	for chunk := range slices.Chunk(elems, elementsPerMessage) {
+		if err := c.SetAddElements(s, chunk); err != nil {
+			return err
+		}
 	}
 	return nil
 }

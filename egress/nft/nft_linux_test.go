@@ -632,3 +632,25 @@ func TestApplyRejectsBadConfig(t *testing.T) {
 	}
 	wantNoReach(t, l.sbx, ap(otherIP, 80)) // the last good rules stay
 }
+
+// TestManyPrefixes applies the rule cap's worth of separate prefixes of
+// both families, twice, and checks the ends of the list are enforced.
+func TestManyPrefixes(t *testing.T) {
+	l := newLab(t)
+	tbl := openTable(t, l.sbx)
+	cfg := Config{Mode: egress.ModeDNSNft}
+	for i := range 5000 {
+		// 10.0.0.0, 10.0.0.2, ... every other address, so none merge.
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 7), byte(i << 1), 0})
+		cfg.DenyPrefixes = append(cfg.DenyPrefixes, netip.PrefixFrom(a, 24))
+		b := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xff, byte(i >> 8), byte(i), 0, 15: 1})
+		cfg.AllowPrefixes = append(cfg.AllowPrefixes, netip.PrefixFrom(b, 128))
+	}
+	cfg.AllowPrefixes = append(cfg.AllowPrefixes, netip.PrefixFrom(allowedIP, 32), netip.PrefixFrom(deniedIP, 32))
+	cfg.DenyPrefixes = append(cfg.DenyPrefixes, netip.PrefixFrom(deniedIP, 32))
+	apply(t, tbl, cfg)
+	apply(t, tbl, cfg)
+	wantReach(t, l.sbx, ap(allowedIP, 80), false, "R")
+	wantNoReach(t, l.sbx, ap(otherIP, 80))
+	wantNoReach(t, l.sbx, ap(deniedIP, 80))
+}
