@@ -16,6 +16,7 @@ func TestDeps(t *testing.T) {
 		"sandbox":      "the domain it serves",
 		"api/...":      "the wire types",
 		"internal/...": "HTTP helpers and host paths",
+		"egress":       "the policy model, to check network policies at create (standard library and api only)",
 	}, Forbid: map[string]string{
 		"runtime/...": "it is handed a sandbox.Runtime and never knows which",
 		"execd/...":   "servers never import each other",

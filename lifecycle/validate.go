@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/internal/hostpath"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -176,8 +177,27 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	if req.CredentialProxy != nil && req.CredentialProxy.Enabled && !policy {
 		return spec, invalid(codeInvalidParameter, "credentialProxy.enabled requires a networkPolicy")
 	}
-	if policy {
-		return spec, invalid(codeInvalidParameter, "network policies are not supported by this server yet")
+	if req.CredentialProxy != nil && req.CredentialProxy.Enabled {
+		return spec, invalid(codeInvalidParameter, "credentialProxy: the credential vault is not available on this server yet")
+	}
+	eg := s.cfg.Egress
+	if policy && eg == nil {
+		return spec, invalid(codeInvalidParameter, "networkPolicy: this server's runtime does not enforce network policies")
+	}
+	switch {
+	case policy:
+		p, err := egress.ParsePolicy(req.NetworkPolicy)
+		if err != nil {
+			return spec, invalid(codeInvalidParameter, "networkPolicy: %v", err)
+		}
+		if cap := eg.RuleCap(); cap > 0 && len(p.Egress) > cap {
+			return spec, invalid(codeInvalidParameter, "networkPolicy: %d rules, more than this server's cap of %d", len(p.Egress), cap)
+		}
+		if spec.NetworkPolicy, err = json.Marshal(p.API()); err != nil {
+			return spec, fmt.Errorf("networkPolicy: %w", err)
+		}
+	case eg != nil && eg.DefaultPolicy != "":
+		spec.NetworkPolicy = []byte(eg.DefaultPolicy)
 	}
 
 	spec.SecureAccess = req.SecureAccess

@@ -14,11 +14,14 @@
 #   opensandbox/execd           FROM scratch + /execd (bin/execd): what a
 #                               Kubernetes sandbox pod's init container copies
 #                               execd from (`/execd --install-to PATH`)
+#   opensandbox/egress          FROM scratch + /osb-egress (bin/osb-egress):
+#                               the egress enforcer beside every sandbox that
+#                               has a network policy
 #   opensandbox/server          FROM scratch + /opensandbox-server
 #                               (bin/opensandbox-server), an empty /tmp, user
 #                               65532: the lifecycle server in a cluster
 #
-# The last two are made from the static binaries `make build` leaves in bin/
+# The last three are made from the static binaries `make build` leaves in bin/
 # and carry the binary's SHA-256 as a label: they are rebuilt when the binary
 # changed, which takes about a second.
 #
@@ -186,6 +189,7 @@ main() {
 	fi
 	binary_image opensandbox/execd:latest execd 0
 	binary_image opensandbox/server:latest opensandbox-server 65532:65532
+	binary_image opensandbox/egress:latest osb-egress 0
 	docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^opensandbox/' >&2
 }
 

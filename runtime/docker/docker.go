@@ -359,6 +359,9 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 	}
 	egressToken := ""
 	if hasEgress(&spec) {
+		if err := egressNetworkOK(r.cfg.Network); err != nil {
+			return nil, err
+		}
 		egressToken = newToken()
 	}
 	if rt := spec.Extensions[extRuntime]; rt != "" && rt != "runc" && !r.runtimes[rt] {

@@ -243,3 +243,14 @@ func (r *Runtime) restartEgress(ctx context.Context, name string) error {
 	}
 	return r.waitEgress(ctx, addr, name)
 }
+
+// egressNetworkOK refuses a network policy on a network where a sandbox
+// cannot have a namespace of its own for osb-egress to own: the host's,
+// none, or another container's.
+func egressNetworkOK(network string) error {
+	if network == "host" || network == "none" || strings.HasPrefix(network, "container:") {
+		return sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
+			fmt.Sprintf("networkPolicy: sandboxes of this server use the Docker network %q, where no policy can be enforced (use a bridge network)", network))
+	}
+	return nil
+}
