@@ -58,10 +58,12 @@ func (b *syncBuffer) String() string {
 }
 
 // serverOptions adds TOML lines to the [server] and [runtime.docker]
-// tables of the test server's configuration.
+// tables of the test server's configuration, and tables of their own
+// after them (extra).
 type serverOptions struct {
 	server string
 	docker string
+	extra  string
 }
 
 func randomHex(n int) string {
@@ -94,7 +96,8 @@ data_dir = %q
 label_scope = %q
 start_timeout = %q
 %s
-`, s.listen, s.key, opts.server, s.dataDir, s.scope, startTimeout().String(), opts.docker)
+%s
+`, s.listen, s.key, opts.server, s.dataDir, s.scope, startTimeout().String(), opts.docker, opts.extra)
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +143,12 @@ func removeScope(scope string) {
 		if i > 0 {
 			time.Sleep(time.Second)
 		}
-		if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", label).Output(); len(bytes.TrimSpace(ids)) > 0 {
-			exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+		// Sandboxes first, then the egress containers whose network
+		// namespaces they joined.
+		for _, l := range []string{label, "label=opensandbox.egress-scope=" + scope} {
+			if ids, _ := exec.Command("docker", "ps", "-aq", "--filter", l).Output(); len(bytes.TrimSpace(ids)) > 0 {
+				exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(ids))...)...).Run()
+			}
 		}
 	}
 	if ids, _ := exec.Command("docker", "images", "-q", "--filter", label).Output(); len(bytes.TrimSpace(ids)) > 0 {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,9 @@ func run(ctx context.Context, cfg config) error {
 	policy := cfg.Initial
 	var store egress.Store
 	if cfg.PolicyFile != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.PolicyFile), 0o700); err != nil {
+			return fmt.Errorf("policy file: %w", err)
+		}
 		fs := egress.NewFileStore(cfg.PolicyFile)
 		var err error
 		if policy, err = fs.LoadOr(cfg.Initial); err != nil {

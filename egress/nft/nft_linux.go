@@ -80,9 +80,14 @@ const sendBuffer = 16 << 20
 
 // dialNS opens a lasting nftables connection in the namespace ns.
 func dialNS(ns *os.File) (*nftables.Conn, error) {
-	conn, err := nftables.New(
-		nftables.AsLasting(),
-		nftables.WithNetNSFd(int(ns.Fd())),
+	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if !processIn(ns) {
+		// Entering a namespace (setns) needs CAP_SYS_ADMIN, which
+		// osb-egress does not have: it runs in the namespace it programs,
+		// and its sockets are opened there anyway.
+		opts = append(opts, nftables.WithNetNSFd(int(ns.Fd())))
+	}
+	conn, err := nftables.New(append(opts,
 		nftables.WithSockOptions(func(c *netlink.Conn) error {
 			raw, err := c.SyscallConn()
 			if err != nil {
@@ -104,7 +109,7 @@ func dialNS(ns *os.File) (*nftables.Conn, error) {
 			}
 			return nil
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
 	}
@@ -511,4 +516,13 @@ func redirect(port uint16) []expr.Any {
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
 		&expr.Redir{RegisterProtoMin: 1},
 	}
+}
+
+// processIn reports whether the process's own network namespace is ns.
+func processIn(ns *os.File) bool {
+	var self, other unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &self) != nil || unix.Fstat(int(ns.Fd()), &other) != nil {
+		return false
+	}
+	return self.Dev == other.Dev && self.Ino == other.Ino
 }
