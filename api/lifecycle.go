@@ -224,6 +224,10 @@ type PoolTemplate struct {
 	Entrypoint     []string          `json:"entrypoint,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
+	// NetworkPolicy, when set, is enforced on the pool's sandboxes from
+	// their start: a claimed sandbox runs with it (an extension of the
+	// reference's pool template).
+	NetworkPolicy json.RawMessage `json:"networkPolicy,omitempty"`
 }
 
 // CapacitySpec bounds a warm pool: ready sandboxes are refilled to

@@ -490,3 +490,55 @@ func equalPolicy(a, b *api.NetworkPolicy) bool {
 // moment: an attempt there would be refused if it arrived, and the guard
 // drops it before it does.
 func freePortOnHost(t *testing.T) int { return freePort(t) }
+
+// TestEgressPool: the sandboxes of a pool whose template has a policy
+// start enforcing it, and a create that names the pool gets one of them.
+func TestEgressPool(t *testing.T) {
+	testenv.MustHaveRoot(t)
+	testenv.MustHaveImage(t, egressImage)
+	network, _ := testNetwork(t)
+	n := newEgressNet(t)
+	bin, err := os.ReadFile(standin.Netprobe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, serverOptions{
+		docker: fmt.Sprintf("network = %q\ndns = [%q]", network, n.resolv),
+		extra:  fmt.Sprintf("[egress]\ndns_upstreams = [%q]", n.resolv),
+	})
+	policy := json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"allowed.test"}]}`)
+	s.call("POST", "/pools", api.PoolRequest{
+		Name:         "egress",
+		Template:     &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage}, Entrypoint: []string{"sleep", "infinity"}, NetworkPolicy: policy},
+		CapacitySpec: &api.CapacitySpec{BufferMin: 1, BufferMax: 1, PoolMin: 0, PoolMax: 2},
+	}, 201, nil)
+	testwait.Until(t, "the pool to hold a warm sandbox", func() bool {
+		var p api.Pool
+		s.call("GET", "/pools/egress", nil, 200, &p)
+		return p.Status != nil && p.Status.Available == 1
+	}, nil)
+	req := api.CreateSandboxRequest{Extensions: map[string]string{"poolRef": "egress"}}
+	id := s.create(req)
+	s.waitState(id, "Running")
+	var pool api.Pool
+	s.call("GET", "/pools/egress", nil, 200, &pool)
+	if pool.Status == nil || pool.Status.Claims != 1 {
+		t.Fatalf("the create was not served from the pool: %+v", pool.Status)
+	}
+	probe := probeIn(t, s.execd(id), bin, n.sn.CAPEM())
+	if p := probe("http", "http://allowed.test/"); !p.OK || !strings.Contains(p.Detail, "web of allowed") {
+		t.Errorf("allowed.test from the claimed sandbox: %+v", p)
+	}
+	hits := n.deniedHits()
+	for _, args := range [][]string{{"dns", "denied.test"}, {"http", "http://" + n.denied.String() + "/"}} {
+		if p := probe(args...); p.OK {
+			t.Errorf("%v from the claimed sandbox got through: %s", args, p.Detail)
+		}
+	}
+	if d := n.deniedHits() - hits; d != 0 {
+		t.Errorf("the denied server saw %d connections", d)
+	}
+	if st := s.egress(id).policy(); st.Policy == nil || len(st.Policy.Egress) != 1 || st.Policy.Egress[0].Target != "allowed.test" {
+		t.Errorf("the claimed sandbox's policy: %+v", st)
+	}
+}

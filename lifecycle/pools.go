@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -76,6 +78,15 @@ func PoolFromRequest(req *api.PoolRequest) (sandbox.Pool, error) {
 		return p, invalid(codeInvalidParameter, "pool %s: template.resourceLimits: %v", req.Name, err)
 	}
 	p.Template.Resources = res
+	if len(t.NetworkPolicy) > 0 && string(t.NetworkPolicy) != "null" {
+		pol, err := egress.ParsePolicy(t.NetworkPolicy)
+		if err != nil {
+			return p, invalid(codeInvalidParameter, "pool %s: template.networkPolicy: %v", req.Name, err)
+		}
+		if p.Template.NetworkPolicy, err = json.Marshal(pol.API()); err != nil {
+			return p, err
+		}
+	}
 	c := req.CapacitySpec
 	if c == nil {
 		return p, invalid(codeInvalidParameter, "pool %s: capacitySpec is required", req.Name)
@@ -105,7 +116,7 @@ func toAPIPool(info *sandbox.PoolInfo) api.Pool {
 		Name: info.Name,
 		Template: &api.PoolTemplate{
 			Image: &api.ImageSpec{URI: t.Image}, Entrypoint: t.Entrypoint, Env: t.Env,
-			ResourceLimits: formatResources(t.Resources),
+			ResourceLimits: formatResources(t.Resources), NetworkPolicy: t.NetworkPolicy,
 		},
 		CapacitySpec: api.CapacitySpec{BufferMax: info.Capacity.BufferMax, BufferMin: info.Capacity.BufferMin,
 			PoolMax: info.Capacity.PoolMax, PoolMin: info.Capacity.PoolMin},
@@ -160,6 +171,16 @@ func (s *Server) checkPoolTemplate(ctx context.Context, def *sandbox.Pool) error
 	field := "pool " + def.Name + ": template"
 	if err := s.checkRegistry(field+".image.uri", def.Template.Image); err != nil {
 		return err
+	}
+	if def.Template.NetworkPolicy != nil {
+		if s.cfg.Egress == nil {
+			return invalid(codeInvalidParameter, "%s.networkPolicy: this server's runtime does not enforce network policies", field)
+		}
+		var p api.NetworkPolicy
+		json.Unmarshal(def.Template.NetworkPolicy, &p)
+		if cap := s.cfg.Egress.RuleCap(); cap > 0 && len(p.Egress) > cap {
+			return invalid(codeInvalidParameter, "%s.networkPolicy: %d rules, more than this server's cap of %d", field, len(p.Egress), cap)
+		}
 	}
 	return s.checkHostSize(ctx, field+".resourceLimits", def.Template.Resources)
 }

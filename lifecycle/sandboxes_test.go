@@ -555,3 +555,41 @@ func TestEndpoint(t *testing.T) {
 		t.Fatalf("endpoint %+v, want on %s", ep, host)
 	}
 }
+
+// TestCreateNetworkPolicy: on a server whose runtime enforces policies, a
+// create's networkPolicy reaches the runtime normalised; bad rules and
+// policies over the cap are 400s; a create without one gets the
+// configured default.
+func TestCreateNetworkPolicy(t *testing.T) {
+	rt := &recordingRuntime{Runtime: fake.New()}
+	eg := &sandbox.EgressConfig{MaxRules: 2}
+	eg.SetDefaults()
+	e := newEnvWith(t, rt, func(c *Config) { c.Egress = eg })
+	img := func(extra string) string {
+		return `{"image":{"uri":"python:3.11"},"entrypoint":["python"],"resourceLimits":{}` + extra + `}`
+	}
+	e.create(img(`,"networkPolicy":{"egress":[{"action":"allow","target":" Example.ORG. "},{"action":"deny","target":"10.1.2.3/8"}]}`))
+	if got := string(rt.last().NetworkPolicy); got != `{"defaultAction":"deny","egress":[{"action":"allow","target":"example.org"},{"action":"deny","target":"10.0.0.0/8"}]}` {
+		t.Fatalf("policy handed to the runtime: %s", got)
+	}
+	e.create(img(`,"networkPolicy":{}`))
+	if got := string(rt.last().NetworkPolicy); got != `{"defaultAction":"deny","egress":[]}` {
+		t.Fatalf("empty policy: %s", got)
+	}
+	for name, body := range map[string]string{
+		"bad action":       img(`,"networkPolicy":{"egress":[{"action":"block","target":"a.test"}]}`),
+		"bad target":       img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a..test"}]}`),
+		"blank target":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":" "}]}`),
+		"over the cap":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a.test"},{"action":"allow","target":"b.test"},{"action":"allow","target":"c.test"}]}`),
+		"credential proxy": img(`,"networkPolicy":{},"credentialProxy":{"enabled":true}`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e.call("POST", "/v1/sandboxes", body).wantError(t, 400, api.CodeSandboxInvalidParameter)
+		})
+	}
+	eg.DefaultPolicy = `{"defaultAction":"deny","egress":[]}`
+	e.create(img(``))
+	if got := string(rt.last().NetworkPolicy); got != eg.DefaultPolicy {
+		t.Fatalf("default policy: %q", got)
+	}
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,19 +119,20 @@ func (p *Pool) Check() error {
 // MemberSpec is what a pool's warm sandboxes are started from: the
 // template without its entrypoint, which starts when one is claimed.
 func MemberSpec(t *Spec) Spec {
-	return Spec{Image: t.Image, Env: maps.Clone(t.Env), Resources: t.Resources}
+	return Spec{Image: t.Image, Env: maps.Clone(t.Env), Resources: t.Resources, NetworkPolicy: bytes.Clone(t.NetworkPolicy)}
 }
 
 // SameMembers reports whether two templates start the same warm
 // sandboxes (their entrypoints aside; no variables however written).
 func SameMembers(a, b *Spec) bool {
-	return a.Image == b.Image && a.Resources == b.Resources && maps.Equal(a.Env, b.Env)
+	return a.Image == b.Image && a.Resources == b.Resources && maps.Equal(a.Env, b.Env) &&
+		bytes.Equal(a.NetworkPolicy, b.NetworkPolicy)
 }
 
 // Satisfies reports whether a warm sandbox of p can be what a create that
 // names p asks for: an image and resources, if given, are the template's,
 // and nothing else needs the sandbox made for it (volumes, a platform,
-// secure access, a network policy, registry credentials, or one of the
+// secure access, a network policy other than the template's, registry credentials, or one of the
 // runtime's creation-time extensions, createExts). A create that asks for
 // more is made cold.
 func (p *Pool) Satisfies(spec *Spec, createExts ...string) bool {
@@ -138,7 +140,7 @@ func (p *Pool) Satisfies(spec *Spec, createExts ...string) bool {
 	if !((spec.Image == "" || spec.Image == t.Image) &&
 		(spec.Resources == Resources{} || spec.Resources == t.Resources) &&
 		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
-		!spec.SecureAccess && spec.NetworkPolicy == nil) {
+		!spec.SecureAccess && (spec.NetworkPolicy == nil || bytes.Equal(spec.NetworkPolicy, t.NetworkPolicy))) {
 		return false
 	}
 	for _, k := range createExts {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -48,6 +49,9 @@ type poolConfig struct {
 	BufferMax      int               `toml:"buffer_max"`
 	PoolMin        int               `toml:"pool_min"`
 	PoolMax        int               `toml:"pool_max"`
+	// NetworkPolicy is the egress policy of the pool's sandboxes, as
+	// JSON (networkPolicy of a create); empty: none.
+	NetworkPolicy string `toml:"network_policy"`
 }
 
 // definition is the pool p describes, validated as the /pools routes do.
@@ -55,7 +59,7 @@ func (p *poolConfig) definition() (sandbox.Pool, error) {
 	def, err := lifecycle.PoolFromRequest(&api.PoolRequest{
 		Name: p.Name,
 		Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: p.Image}, Entrypoint: p.Entrypoint,
-			Env: p.Env, ResourceLimits: p.ResourceLimits},
+			Env: p.Env, ResourceLimits: p.ResourceLimits, NetworkPolicy: json.RawMessage(p.NetworkPolicy)},
 		CapacitySpec: &api.CapacitySpec{BufferMin: p.BufferMin, BufferMax: p.BufferMax, PoolMin: p.PoolMin, PoolMax: p.PoolMax},
 	})
 	if err != nil {

@@ -15,5 +15,6 @@ func TestDeps(t *testing.T) {
 		"internal/...": "shared helpers",
 		"sandbox":      "the domain types it hands between them",
 		"api/...":      "the wire types",
+		"egress":       "the policy model the lifecycle server checks network policies with (not the enforcer's subpackages)",
 	}}.Check(t)
 }
