@@ -452,6 +452,28 @@ func TestAttackEgress(t *testing.T) {
 		}
 	})
 
+	t.Run("diagnostics show osb-egress's log and the refused attempts", func(t *testing.T) {
+		// osb-egress keeps the recent refusals in memory: the worker
+		// killed above took the earlier ones with it.
+		if p := probe("dns", "denied.test"); p.OK {
+			t.Fatalf("denied.test: %s", p.Detail)
+		}
+		content := func(path string) string {
+			var d api.DiagnosticContent
+			s.call("GET", "/v1/sandboxes/"+id+path, nil, 200, &d)
+			if d.Content == nil {
+				return ""
+			}
+			return *d.Content
+		}
+		if ev := content("/diagnostics/events?scope=runtime"); !strings.Contains(ev, "EGRESS_DENIED") || !strings.Contains(ev, "denied.test") {
+			t.Errorf("runtime events: %.600s", ev)
+		}
+		if logs := content("/diagnostics/logs?scope=container"); !strings.Contains(logs, "--- osb-egress ---") || !strings.Contains(logs, `"msg":"enforcing"`) {
+			t.Errorf("container logs: %.600s", logs)
+		}
+	})
+
 	t.Run("delete removes the egress container", func(t *testing.T) {
 		s.call("DELETE", "/v1/sandboxes/"+id, nil, 204, nil)
 		s.waitGone(id)
@@ -540,5 +562,65 @@ func TestEgressPool(t *testing.T) {
 	}
 	if st := s.egress(id).policy(); st.Policy == nil || len(st.Policy.Egress) != 1 || st.Policy.Egress[0].Target != "allowed.test" {
 		t.Errorf("the claimed sandbox's policy: %+v", st)
+	}
+}
+
+// TestEgressModes: the reference's modes, for users who ask for them, do
+// what docs/egress.md says: dns+nft lets packets out only to addresses an
+// allowed name resolved to (or an IP rule allows) but does not read SNI or
+// Host; dns filters names only, and a connection by address walks past.
+func TestEgressModes(t *testing.T) {
+	testenv.MustHaveRoot(t)
+	testenv.MustHaveImage(t, egressImage)
+	network, _ := testNetwork(t)
+	n := newEgressNet(t)
+	bin, err := os.ReadFile(standin.Netprobe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		name    string
+		args    []string
+		through bool
+	}
+	for _, mode := range []struct {
+		name  string
+		wants []want
+	}{
+		{"dns+nft", []want{
+			{"an allowed name", []string{"http", "http://allowed.test/"}, true},
+			{"a denied name", []string{"dns", "denied.test"}, false},
+			{"the denied server by address", []string{"http", "http://" + n.denied.String() + "/"}, false},
+			{"an address an IP rule allows", []string{"http", "http://" + n.byIP.String() + "/"}, true},
+			{"UDP to the denied server", []string{"udp", n.denied.String() + ":9999"}, false},
+			{"a denied Host to an allowed name's address (not read in this mode)", []string{"http", "http://" + n.allowed.String() + "/", "-host", "denied.test"}, true},
+		}},
+		{"dns", []want{
+			{"an allowed name", []string{"http", "http://allowed.test/"}, true},
+			{"a denied name", []string{"dns", "denied.test"}, false},
+			{"the denied server by address (walks past this mode)", []string{"http", "http://" + n.denied.String() + "/"}, true},
+		}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := startServer(t, serverOptions{
+				docker: fmt.Sprintf("network = %q\ndns = [%q]", network, n.resolv),
+				extra:  fmt.Sprintf("[egress]\nmode = %q\ndns_upstreams = [%q]", mode.name, n.resolv),
+			})
+			req := sandboxRequest(busyboxImage, "sleep", "infinity")
+			req.NetworkPolicy = json.RawMessage(fmt.Sprintf(`{"egress":[{"action":"allow","target":"allowed.test"},{"action":"allow","target":%q}]}`, n.byIP))
+			id := s.create(req)
+			s.waitState(id, "Running")
+			if st := s.egress(id).policy(); st.EnforcementMode != mode.name {
+				t.Fatalf("enforcementMode %q", st.EnforcementMode)
+			}
+			probe := probeIn(t, s.execd(id), bin, n.sn.CAPEM())
+			for _, w := range mode.wants {
+				p := probe(w.args...)
+				t.Logf("%s mode: %s → ok=%v: %s", mode.name, w.name, p.OK, p.Detail)
+				if p.OK != w.through {
+					t.Errorf("%s: got through = %v, docs/egress.md says %v", w.name, p.OK, w.through)
+				}
+			}
+		})
 	}
 }

@@ -2,8 +2,11 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -253,4 +256,60 @@ func egressNetworkOK(network string) error {
 			fmt.Sprintf("networkPolicy: sandboxes of this server use the Docker network %q, where no policy can be enforced (use a bridge network)", network))
 	}
 	return nil
+}
+
+// egressDenials are the outbound attempts osb-egress refused most
+// recently (its GET /denials), as runtime events: one EGRESS_DENIED per
+// attempt. A sandbox without osb-egress, or one whose osb-egress does not
+// answer, has none.
+func (r *Runtime) egressDenials(ctx context.Context, id sandbox.ID) []sandbox.Event {
+	r.mu.Lock()
+	e, err := r.getLocked(id)
+	var ep sandbox.Endpoint
+	ok := false
+	if err == nil {
+		ep, ok = r.egressEndpoint(e.ports, e.egressToken)
+	}
+	addr := ""
+	if ok {
+		addr = e.ports[sandbox.PortEgress]
+	}
+	r.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, execdURL(addr)+"/denials", nil)
+	req.Header.Set(api.HeaderEgressAuth, ep.Headers[api.HeaderEgressAuth])
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var denials []struct {
+		Time   time.Time `json:"time"`
+		Kind   string    `json:"kind"`
+		Name   string    `json:"name"`
+		Addr   string    `json:"addr"`
+		Port   int       `json:"port"`
+		Reason string    `json:"reason"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&denials) != nil {
+		return nil
+	}
+	evs := make([]sandbox.Event, 0, len(denials))
+	for _, d := range denials {
+		what := d.Name
+		if d.Addr != "" {
+			dest := d.Addr
+			if d.Port != 0 {
+				dest = net.JoinHostPort(d.Addr, strconv.Itoa(d.Port))
+			}
+			what = strings.TrimSpace(what + " " + dest)
+		}
+		evs = append(evs, sandbox.Event{Time: d.Time, Source: sandbox.SourceRuntime, Type: "EGRESS_DENIED",
+			Message: fmt.Sprintf("%s %s: %s", d.Kind, what, d.Reason)})
+	}
+	return evs
 }

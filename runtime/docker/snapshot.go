@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -162,9 +163,16 @@ func (r *Runtime) Logs(ctx context.Context, id sandbox.ID, tail int, since time.
 	}
 	out, err := r.eng.logs(ctx, containerName(id), tail, since)
 	if errors.Is(err, errNoSuchObject) {
-		return "", nil // no container (yet, or any more): no output
+		out, err = "", nil // no container (yet, or any more): no output
 	}
-	return out, err
+	if err != nil {
+		return "", err
+	}
+	// osb-egress's log follows: what it enforces, and what it refused.
+	if eg, err := r.eng.logs(ctx, egressName(id), tail, since); err == nil && eg != "" {
+		out += "--- osb-egress ---\n" + eg
+	}
+	return out, nil
 }
 
 // Events returns the sandbox's recorded events, oldest first.
@@ -173,7 +181,15 @@ func (r *Runtime) Events(ctx context.Context, id sandbox.ID) ([]sandbox.Event, e
 		return nil, err
 	}
 	r.events.flush()
-	return r.st.events(id)
+	evs, err := r.st.events(id)
+	if err != nil {
+		return nil, err
+	}
+	if denied := r.egressDenials(ctx, id); len(denied) > 0 {
+		evs = append(evs, denied...)
+		slices.SortStableFunc(evs, func(a, b sandbox.Event) int { return a.Time.Compare(b.Time) })
+	}
+	return evs, nil
 }
 
 // Inspect returns the engine's description of the sandbox's container.
