@@ -136,6 +136,7 @@ var configCases = []configCase{
 		ExpiresAt:    &configExpiry,
 	}},
 	{name: "secure-access", spec: sandbox.Spec{Entrypoint: []string{"x"}, SecureAccess: true}},
+	{name: "network-policy", spec: sandbox.Spec{Entrypoint: []string{"x"}, NetworkPolicy: []byte(`{"defaultAction":"deny","egress":[]}`)}},
 	{name: "smuggled-token", spec: sandbox.Spec{Entrypoint: []string{"x"}, Env: map[string]string{envExecdToken: "smuggled", "PATH": "/bin"}}},
 	{name: "limits", spec: sandbox.Spec{Entrypoint: []string{"x"}, Resources: sandbox.Resources{CPUMillis: 250, MemoryBytes: 64 << 20, Pids: 100}}},
 	{name: "limits-default", cfg: func(c *Config) { c.DefaultCPU, c.DefaultMemory = "2", "1Gi" }, spec: sandbox.Spec{Entrypoint: []string{"x"}}},
@@ -179,7 +180,7 @@ var configCases = []configCase{
 
 // goldenCases are the requests whose whole configuration is kept in
 // testdata/containerconfig/NAME.json.
-var goldenCases = []string{"minimal", "everything", "pooled", "storage-watch", "storage-engine", "network-custom"}
+var goldenCases = []string{"minimal", "everything", "pooled", "storage-watch", "storage-engine", "network-custom", "network-policy"}
 
 // TestContainerConfigGolden compares the configuration of representative
 // requests with testdata/containerconfig: every field the engine gets,
@@ -332,6 +333,9 @@ var hardeningChecks = []hardeningCheck{
 		hc := b.hc
 		for what, mode := range map[string]string{"network": string(hc.NetworkMode), "pid": string(hc.PidMode), "ipc": string(hc.IpcMode),
 			"uts": string(hc.UTSMode), "user": string(hc.UsernsMode), "cgroup": string(hc.CgroupnsMode)} {
+			if what == "network" && hasEgress(&b.c.spec) && mode == "container:"+egressName("sbx-1") {
+				continue // its own egress container's, and only that
+			}
 			if mode == "host" || strings.HasPrefix(mode, "container:") {
 				return what + " namespace " + mode
 			}
@@ -353,6 +357,13 @@ var hardeningChecks = []hardeningCheck{
 		return ""
 	}},
 	{"on-the-runtime-network", func(b built) string {
+		if hasEgress(&b.c.spec) {
+			// It joins its egress container, which is on the network.
+			if string(b.hc.NetworkMode) != "container:"+egressName("sbx-1") || len(b.hc.DNS) > 0 || len(b.hc.Links) > 0 || len(b.hc.ExtraHosts) > 0 {
+				return fmt.Sprintf("network %q, dns %v, links %v, extra hosts %v: want its egress container's namespace alone", b.hc.NetworkMode, b.hc.DNS, b.hc.Links, b.hc.ExtraHosts)
+			}
+			return ""
+		}
 		if string(b.hc.NetworkMode) != b.cfg.Network {
 			return fmt.Sprintf("network %q, want %q", b.hc.NetworkMode, b.cfg.Network)
 		}
@@ -368,6 +379,9 @@ var hardeningChecks = []hardeningCheck{
 		want := []nat.Port{nat.Port(strconv.Itoa(api.ExecdPort) + "/tcp")}
 		if !b.c.spec.SecureAccess {
 			want = append(want, "8080/tcp") // with secure access every port goes through execd
+		}
+		if hasEgress(&b.c.spec) {
+			want = nil // published from its egress container
 		}
 		var got []nat.Port
 		for p, bindings := range b.hc.PortBindings {
@@ -497,8 +511,11 @@ var hardeningChecks = []hardeningCheck{
 		if _, pooled := l[labelPool]; pooled != (b.c.pool != "") || l[labelPool] != b.c.pool {
 			return fmt.Sprintf("pool label %q, want %q", l[labelPool], b.c.pool)
 		}
+		if _, joined := l[labelEgress]; joined != hasEgress(&b.c.spec) || (joined && l[labelEgress] != egressName("sbx-1")) {
+			return fmt.Sprintf("egress label %q", l[labelEgress])
+		}
 		for k := range l {
-			if !slices.Contains(everyLabel, k) && k != labelPool {
+			if !slices.Contains(everyLabel, k) && k != labelPool && k != labelEgress {
 				return "unknown label " + k
 			}
 		}

@@ -51,7 +51,32 @@ func (r *Runtime) rebuild(ctx context.Context) error {
 			r.restore(ctx, rec, nil)
 		}
 	}
+	r.sweepEgress(ctx)
 	return nil
+}
+
+// sweepEgress removes the egress containers of this scope whose sandbox
+// the runtime does not know: left by a create or a delete that a crash
+// cut short.
+func (r *Runtime) sweepEgress(ctx context.Context) {
+	egs, err := r.eng.list(ctx, labelEgressScope+"="+r.cfg.LabelScope)
+	if err != nil {
+		r.log.Warn("list egress containers", "err", err)
+		return
+	}
+	for _, c := range egs {
+		id := sandbox.ID(c.Labels[labelEgressOf])
+		r.mu.Lock()
+		_, known := r.byID[id]
+		r.mu.Unlock()
+		if known {
+			continue
+		}
+		r.log.Info("removing the egress container of an unknown sandbox", "sandbox", id)
+		if err := r.eng.remove(ctx, c.ID); err != nil {
+			r.log.Warn("remove egress container", "sandbox", id, "err", err)
+		}
+	}
 }
 
 // restoreContainer brings back the sandbox of a container found on the
@@ -216,6 +241,11 @@ type heldResume struct {
 // index.
 func (r *Runtime) forget(id sandbox.ID, why string) {
 	r.log.Warn("forgetting sandbox", "sandbox", id, "why", why)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.eng.remove(ctx, egressName(id)); err != nil {
+		r.log.Warn("remove the egress container of a forgotten sandbox", "sandbox", id, "err", err)
+	}
 	if err := r.st.bury(id); err != nil {
 		r.log.Error("forget sandbox", "sandbox", id, "err", err)
 	}
