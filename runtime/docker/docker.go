@@ -6,6 +6,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -361,6 +362,12 @@ func (r *Runtime) create(ctx context.Context, id sandbox.ID, spec sandbox.Spec, 
 	if hasEgress(&spec) {
 		if err := egressNetworkOK(r.cfg.Network); err != nil {
 			return nil, err
+		}
+		if rt := cmp.Or(spec.Extensions[extRuntime], r.cfg.Runtime); rt == "runsc" {
+			// gVisor's network stack does not pass through the namespace's
+			// firewall as osb-egress expects: refused rather than trusted.
+			return nil, sandbox.Coded(sandbox.ErrInvalid, api.CodeSandboxInvalidParameter,
+				"networkPolicy: not enforced for sandboxes on the runsc (gVisor) runtime yet; use runc (extension docker.runtime = runc)")
 		}
 		egressToken = newToken()
 	}

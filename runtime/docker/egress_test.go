@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"slices"
 	"strings"
@@ -74,6 +75,18 @@ func TestEgressContainerConfig(t *testing.T) {
 	}
 	if err := egressNetworkOK("opensandbox"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestEgressRefusedOnGVisor: a policy on a runsc sandbox is a 400, not a
+// sandbox whose traffic nobody checks.
+func TestEgressRefusedOnGVisor(t *testing.T) {
+	testenv.MustHaveDocker(t)
+	rt := newTestRuntime(t, nil)
+	_, err := rt.Create(context.Background(), "gvisor-policy", sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "60"},
+		NetworkPolicy: []byte(`{"defaultAction":"deny","egress":[]}`), Extensions: map[string]string{extRuntime: "runsc"}})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "runsc") {
+		t.Fatalf("create: %v", err)
 	}
 }
 
