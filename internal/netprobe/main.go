@@ -19,7 +19,11 @@
 //	netprobe ech URL [-sni S] [-echconfig F] [-cafile F]
 //	                                       TLS with an ECH extension hiding S; ok when a TLS server answered
 //
-// Every command takes -timeout (default 3s) bounding the whole attempt.
+//	netprobe bench http|dns|download|hold TARGET [-n N] [-for D]
+//	                                       measure instead of attempting once (see bench.go)
+//
+// Every command takes -timeout (default 3s; a minute for bench) bounding
+// the whole attempt.
 // Without -cafile, certificates are not verified. The exit status is 0
 // when ok, 1 when not, 2 on a usage error.
 package main
@@ -42,6 +46,17 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		r, usage := runBench(context.Background(), os.Args[2:])
+		json.NewEncoder(os.Stdout).Encode(r)
+		switch {
+		case usage:
+			os.Exit(2)
+		case !r.OK:
+			os.Exit(1)
+		}
+		return
+	}
 	r, usage := run(context.Background(), os.Args[1:])
 	json.NewEncoder(os.Stdout).Encode(r)
 	switch {
