@@ -85,7 +85,7 @@ func noEgress(err error) error {
 type noEgressError struct{ ae *APIError }
 
 func (e *noEgressError) Error() string {
-	return fmt.Sprintf("%s: %v: nothing answers on its port %d (HTTP %d)", e.ae.Op, ErrNoEgress, PortEgress, e.ae.StatusCode)
+	return fmt.Sprintf("%s: %v: nothing answers on port %d (HTTP %d)", e.ae.Op, ErrNoEgress, PortEgress, e.ae.StatusCode)
 }
 
 func (e *noEgressError) Unwrap() []error { return []error{ErrNoEgress, e.ae} }
