@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
@@ -216,6 +219,8 @@ func TestOSBEgressEnforcer(t *testing.T) {
 		wantPolicy(t, sb, "enforcing", "deny", start)
 	})
 
+	t.Run("osb mcp", func(t *testing.T) { egressThroughMCP(t, s, free.ID) })
+
 	t.Run("osb sandbox create --network-policy-file", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "policy.json")
 		if err := os.WriteFile(file, []byte(`{"defaultAction":"deny","egress":[{"action":"allow","target":"*.pypi.test"}]}`), 0o600); err != nil {
@@ -234,6 +239,56 @@ func TestOSBEgressEnforcer(t *testing.T) {
 		s.osb("sandbox", "create", "-i", busyboxImage, "--network-policy-file", writeFile(t, `{"defaultAction":"deny","egress":[{"action":"block","target":"a.test"}]}`)).
 			fails(t, 1, "networkPolicy")
 	})
+}
+
+// egressThroughMCP runs the egress tools of `osb mcp` (over stdio) on
+// the server: a sandbox created with allowed_hosts, its policy read and
+// changed, and a sandbox without one.
+func egressThroughMCP(t *testing.T, s *server, freeID string) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	writeConfig(t, home, "[defaults]\nimage = \""+busyboxImage+"\"\ntimeout = \"30m\"\n")
+	cmd := s.osbCmd(home, "mcp")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to osb mcp: %v\nstderr: %s", err, stderr.String())
+	}
+	defer cs.Close()
+
+	var sb struct {
+		SandboxID string `json:"sandbox_id"`
+		State     string
+	}
+	mcpOK(t, ctx, cs, "sandbox_create", map[string]any{"allowed_hosts": []string{"pypi.test", "*.pythonhosted.test"}}, &sb)
+	if sb.State != "Running" {
+		t.Fatalf("sandbox_create: %+v", sb)
+	}
+	type rule struct{ Action, Target string }
+	var pol struct {
+		Mode            string
+		EnforcementMode string `json:"enforcement_mode"`
+		DefaultAction   string `json:"default_action"`
+		Rules           []rule
+	}
+	args := func(targets ...string) map[string]any {
+		return map[string]any{"sandbox_id": sb.SandboxID, "targets": targets}
+	}
+	text := mcpOK(t, ctx, cs, "egress_get", map[string]any{"sandbox_id": sb.SandboxID}, &pol)
+	if pol.EnforcementMode != "strict" || pol.DefaultAction != "deny" || !slices.Equal(pol.Rules, []rule{{"allow", "pypi.test"}, {"allow", "*.pythonhosted.test"}}) ||
+		!strings.Contains(text, "any other host: denied") {
+		t.Fatalf("egress_get: %+v\n%s", pol, text)
+	}
+	mcpOK(t, ctx, cs, "egress_deny", args("bad.pythonhosted.test"), &pol)
+	mcpOK(t, ctx, cs, "egress_allow", args("files.test"), &pol)
+	mcpOK(t, ctx, cs, "egress_remove", args("pypi.test"), &pol)
+	if want := []rule{{"allow", "files.test"}, {"deny", "bad.pythonhosted.test"}, {"allow", "*.pythonhosted.test"}}; !slices.Equal(pol.Rules, want) {
+		t.Errorf("after deny, allow, remove: %+v, want %v", pol.Rules, want)
+	}
+	mcpFails(t, ctx, cs, "egress_allow", args("a.test", "b.test"), "too many rules: 5, the limit is 4", "HTTP 413")
+	mcpFails(t, ctx, cs, "egress_get", map[string]any{"sandbox_id": freeID}, "has no egress policy", "allowed_hosts")
 }
 
 // writeFile writes data to a new file and returns its path.
