@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 
@@ -59,21 +58,19 @@ an ordered list of rules; the first rule matching a target wins. Targets
 are host names ("pypi.org"), wildcards ("*.pythonhosted.org", any
 subdomain but not the domain itself), IPs and CIDRs.
 
-The policy is served by the sandbox's egress sidecar on port 18080, which
-runs in sandboxes created with --network-policy-file. In a sandbox
-without one these commands fail.`,
+The policy is served by the sandbox's egress enforcer (osb-egress) on
+port 18080, which runs beside sandboxes created with
+--network-policy-file. In a sandbox without one these commands fail.`,
 	}
 	cmd.AddCommand(a.egressGet(), a.egressPatch(), a.egressDelete(), a.egressSet())
 	return cmd
 }
 
-// egressError makes the error of a sandbox where nothing serves the
-// egress API say so: execd's port proxy answers 502, with no error code,
-// when nothing listens on the port.
+// egressError makes the error of a sandbox without an egress API say how
+// to get one; the SDK recognizes that case (sdk.ErrNoEgress).
 func egressError(err error) error {
-	var ae *sdk.APIError
-	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadGateway && ae.Code == "" {
-		return fmt.Errorf("%s: nothing answers on port %d in the sandbox, so it has no egress policy API (it runs no egress sidecar) (HTTP 502)", ae.Op, sdk.PortEgress)
+	if errors.Is(err, sdk.ErrNoEgress) {
+		return fmt.Errorf("%w; create the sandbox with --network-policy-file to give it one", err)
 	}
 	return err
 }
@@ -83,7 +80,7 @@ func (a *app) egressGet() *cobra.Command {
 		Use:   "get ID",
 		Short: "Show a sandbox's egress policy",
 		Long: `Show the egress policy of sandbox ID: its mode (deny_all, allow_all or
-enforcing), how it is enforced (dns, or dns+nft), the default action and
+enforcing), how it is enforced (strict, dns+nft or dns), the default action and
 the rules in order. A policy without a default action denies.`,
 		Example: `  osb egress get sb-123
   osb egress get sb-123 -o json > policy.json   # osb egress set reads it back`,

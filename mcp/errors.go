@@ -54,6 +54,9 @@ func (s *Server) explain(err error, sandboxID string) string {
 	if errors.As(err, &h) {
 		return s.explain(h.err, sandboxID) + " " + h.hint
 	}
+	if errors.Is(err, sdk.ErrNoEgress) {
+		return explainNoEgress(err, sandboxID)
+	}
 	var apiErr *sdk.APIError
 	if errors.As(err, &apiErr) {
 		return s.explainAPI(apiErr, sandboxID)

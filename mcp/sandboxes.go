@@ -54,6 +54,7 @@ type createInput struct {
 	Entrypoint     []string          `json:"entrypoint,omitempty" jsonschema:"the sandbox's main process as argv; default: one that keeps the sandbox idle and alive"`
 	CPU            string            `json:"cpu,omitempty" jsonschema:"CPU limit such as 500m or 2; default 1"`
 	Memory         string            `json:"memory,omitempty" jsonschema:"memory limit such as 512Mi or 4Gi; default 2Gi"`
+	AllowedHosts   []string          `json:"allowed_hosts,omitempty" jsonschema:"restrict the sandbox's outbound network to these hosts: names (pypi.org), wildcards (*.pythonhosted.org: subdomains only), IP addresses or CIDR ranges; every other host is denied. Default: no restriction. Change it later with egress_allow, egress_deny, egress_remove"`
 }
 
 type listInput struct {
@@ -115,6 +116,12 @@ func (in createInput) validate() error {
 			return argErrorf("env name %q: must be non-empty and without '='", k)
 		}
 	}
+	if in.AllowedHosts != nil {
+		if len(in.AllowedHosts) == 0 {
+			return argErrorf("allowed_hosts is empty: leave it out for an unrestricted sandbox, or name the hosts it may reach")
+		}
+		return egressInput{SandboxArg: SandboxArg{SandboxID: "new"}, Targets: in.AllowedHosts}.validate()
+	}
 	return nil
 }
 
@@ -156,6 +163,7 @@ func (s *Server) addSandboxTools() {
 		Description: `Create a sandbox: an isolated Linux container from an image, with its own filesystem, processes and network.
 Returns its sandbox_id, which every other tool takes. It waits until the sandbox runs (usually a second or two; longer the first time an image is used).
 With "pool" (see pool_list) it takes a sandbox started ahead of time, which runs at once.
+With "allowed_hosts" the sandbox reaches only those hosts (egress_get and the other egress tools show and change the list).
 Kill it with sandbox_kill when done; it is killed automatically when its timeout passes.
 For code_run, use an image with the code interpreter (such as opensandbox/code-interpreter).`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Create sandbox", DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -285,6 +293,14 @@ func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.Call
 	}
 	if in.TimeoutSeconds > 0 {
 		opts.Timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	if len(in.AllowedHosts) > 0 {
+		targets := egressInput{Targets: in.AllowedHosts}.trimmed()
+		p := &api.NetworkPolicy{DefaultAction: "deny", Egress: make([]api.NetworkRule, len(targets))}
+		for i, t := range targets {
+			p.Egress[i] = api.NetworkRule{Action: "allow", Target: t}
+		}
+		opts.NetworkPolicy = p
 	}
 	if in.CPU != "" || in.Memory != "" {
 		// A pooled create leaves out what it does not ask for: the

@@ -62,6 +62,7 @@ const instructions = `These tools run work in OpenSandbox sandboxes: isolated Li
 Typical flow: sandbox_create (note the returned sandbox_id) -> command_run, file_write, file_read, code_run -> sandbox_kill when done.
 A sandbox expires after its timeout (sandbox_renew extends it); everything in it is lost when it is killed or expires.
 Long-running work (servers, builds): command_start, then command_logs. Python/JavaScript/bash state persists between code_run calls.
+A sandbox created with allowed_hosts reaches only those hosts; egress_get shows its policy, egress_allow, egress_deny and egress_remove change it.
 Errors come back as tool errors that say what to do next.`
 
 // New returns a server with every tool registered.
@@ -89,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 	s.addCommandTools()
 	s.addFileTools()
 	s.addCodeTools()
+	s.addEgressTools()
 	s.addResources()
 	return s, nil
 }

@@ -89,6 +89,7 @@ var allTools = []string{
 	"command_run", "command_start", "command_logs", "command_stop",
 	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
 	"code_run", "code_context_create", "code_context_list", "code_context_delete",
+	"egress_get", "egress_allow", "egress_deny", "egress_remove",
 }
 
 func TestListTools(t *testing.T) {

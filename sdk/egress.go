@@ -2,14 +2,21 @@ package sdk
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/opensandbox/opensandbox/api"
 )
 
+// ErrNoEgress matches (errors.Is) the error of an egress call on a
+// sandbox that has no egress API: one created without a NetworkPolicy,
+// where nothing enforces a policy and nothing answers on PortEgress.
+var ErrNoEgress = errors.New("the sandbox has no egress policy API (it was created without a networkPolicy)")
+
 // EgressPolicy returns the sandbox's egress policy and how it is
 // enforced. Only a sandbox created with a NetworkPolicy has an egress
-// API; others answer with an error.
+// API; on others the error matches ErrNoEgress.
 func (s *Sandbox) EgressPolicy(ctx context.Context) (*api.PolicyStatus, error) {
 	tg, err := s.egressAPI(ctx)
 	if err != nil {
@@ -19,7 +26,7 @@ func (s *Sandbox) EgressPolicy(ctx context.Context) (*api.PolicyStatus, error) {
 	r.idempotent = true
 	var out api.PolicyStatus
 	if err := s.c.t.call(ctx, r, &out); err != nil {
-		return nil, err
+		return nil, noEgress(err)
 	}
 	return &out, nil
 }
@@ -54,7 +61,31 @@ func (s *Sandbox) egressCall(ctx context.Context, op, method string, body any) (
 	r.idempotent = true // each of these sets a state; repeating it changes nothing
 	var out api.PolicyStatus
 	if err := s.c.t.call(ctx, r, &out); err != nil {
-		return nil, err
+		return nil, noEgress(err)
 	}
 	return &out, nil
 }
+
+// noEgress recognizes the answer of a sandbox without an egress API. Its
+// endpoint for PortEgress leads to execd's port proxy, which answers 502
+// with a plain-text body, without an error code, when nothing listens on
+// the port. osb-egress never answers 502, and the lifecycle server's own
+// proxy route answers 502 with an error code when the egress container
+// is down, so that case stays an ErrUnavailable.
+func noEgress(err error) error {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadGateway && ae.Code == "" {
+		return &noEgressError{ae}
+	}
+	return err
+}
+
+// noEgressError is the error of an egress call on a sandbox without an
+// egress API. It matches ErrNoEgress and is the *APIError it came from.
+type noEgressError struct{ ae *APIError }
+
+func (e *noEgressError) Error() string {
+	return fmt.Sprintf("%s: %v: nothing answers on port %d (HTTP %d)", e.ae.Op, ErrNoEgress, PortEgress, e.ae.StatusCode)
+}
+
+func (e *noEgressError) Unwrap() []error { return []error{ErrNoEgress, e.ae} }
