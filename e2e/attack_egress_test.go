@@ -428,8 +428,12 @@ func TestAttackEgress(t *testing.T) {
 			}
 		}
 		testwait.Until(t, "osb-egress to restart", func() bool {
-			code, _ := eg.do("GET", "/healthz", "")
-			return code == 200
+			resp, err := http.Get(eg.base + "/healthz") // refused while it restarts
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
 		}, nil)
 		if got := eg.policy().Policy; !equalPolicy(got, want) {
 			t.Errorf("policy after the restart %+v; want %+v", got, want)

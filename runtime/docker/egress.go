@@ -151,23 +151,25 @@ func joinEgress(id sandbox.ID, cc *container.Config, hc *container.HostConfig) {
 	hc.DNS = nil
 }
 
-// ensureEgress makes and starts sandbox id's egress container, unless it
-// exists and runs, and waits until osb-egress enforces the policy.
-func (r *Runtime) ensureEgress(ctx context.Context, e *entry, spec *sandbox.Spec, token string) error {
+// makeEgress makes sandbox id's egress container unless it exists. It
+// is started by restartEgress.
+func (r *Runtime) makeEgress(ctx context.Context, e *entry, spec *sandbox.Spec, token string) error {
 	name := egressName(e.sb.ID)
 	_, err := r.eng.inspect(ctx, name)
-	if errors.Is(err, errNoSuchObject) {
-		if err := r.ensureImage(ctx, e, &sandbox.Spec{Image: r.cfg.Egress.Image}); err != nil {
-			return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the egress image %s: %v", r.cfg.Egress.Image, err)}
+	if !errors.Is(err, errNoSuchObject) {
+		if err != nil {
+			return &failure{"EGRESS_START_FAILED", fmt.Sprintf("inspect the egress container: %v", err)}
 		}
-		cc, hc := egressContainerConfig(&r.cfg, e.sb.ID, spec, token)
-		if _, err := r.eng.create(context.WithoutCancel(ctx), name, cc, hc, nil); err != nil && !errors.Is(err, errNameConflict) {
-			return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the engine refused the egress container: %v", err)}
-		}
-	} else if err != nil {
-		return &failure{"EGRESS_START_FAILED", fmt.Sprintf("inspect the egress container: %v", err)}
+		return nil
 	}
-	return r.restartEgress(ctx, name)
+	if err := r.ensureImage(ctx, e, &sandbox.Spec{Image: r.cfg.Egress.Image}); err != nil {
+		return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the egress image %s: %v", r.cfg.Egress.Image, err)}
+	}
+	cc, hc := egressContainerConfig(&r.cfg, e.sb.ID, spec, token)
+	if _, err := r.eng.create(context.WithoutCancel(ctx), name, cc, hc, nil); err != nil && !errors.Is(err, errNameConflict) {
+		return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the engine refused the egress container: %v", err)}
+	}
+	return nil
 }
 
 // waitEgress polls osb-egress's /healthz until it answers 200 (its rules

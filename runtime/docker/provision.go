@@ -236,10 +236,19 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
 	}
 	if hasEgress(spec) {
-		// Enforcing before the sandbox's container exists.
-		if err := r.ensureEgress(ctx, e, spec, egressToken); err != nil {
+		// The sandbox's container is made while osb-egress starts (it
+		// needs the egress container to exist, not to run), and is
+		// returned only once osb-egress enforces: it starts after that.
+		if err := r.makeEgress(ctx, e, spec, egressToken); err != nil {
 			return containerInfo{}, err
 		}
+		started := make(chan error, 1)
+		go func() { started <- r.restartEgress(ctx, egressName(id)) }()
+		defer func() {
+			if err := <-started; err != nil && retErr == nil {
+				retErr = err
+			}
+		}()
 	}
 	if ctx.Err() != nil {
 		return containerInfo{}, ctx.Err()
