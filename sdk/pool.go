@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"maps"
@@ -44,12 +45,18 @@ type PoolTemplate struct {
 	// Resources limits each sandbox ("cpu", "memory", ...), as
 	// CreateOptions.Resources; empty takes the server's defaults.
 	Resources map[string]string
+	// NetworkPolicy, when set, is enforced on every sandbox of the pool
+	// from its start, as CreateOptions.NetworkPolicy.
+	NetworkPolicy *api.NetworkPolicy
 }
 
 func (t *PoolTemplate) wire() *api.PoolTemplate {
 	out := &api.PoolTemplate{Entrypoint: t.Entrypoint, Env: t.Env, ResourceLimits: t.Resources}
 	if t.Image != "" {
 		out.Image = &api.ImageSpec{URI: t.Image}
+	}
+	if t.NetworkPolicy != nil {
+		out.NetworkPolicy, _ = json.Marshal(t.NetworkPolicy)
 	}
 	return out
 }

@@ -189,7 +189,8 @@ func (b *bench) runAll(ctx context.Context) (rows []row, failed []error) {
 	defer b.deleteProbes(cleanupCtx(ctx))
 	steps := []step{
 		{"warm-up", nil, b.warmUp, false},
-		{"create to first command", []int{rowCold, rowPooled}, b.creates, false},
+		{"create to first command, cold", []int{rowCold}, b.creates, false},
+		{"create to first command, pooled", []int{rowPooled}, b.pooledCreates, false},
 		{"the probe sandboxes, osb-egress idle", []int{rowRSSIdle}, b.probes, false},
 		{"connection setup and DNS", []int{rowConnect, rowDNS}, b.connections, true},
 		{"download", []int{rowDownload}, b.download, true},
