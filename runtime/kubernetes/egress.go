@@ -215,4 +215,3 @@ func egressStatus(cs *corev1.ContainerStatus) (failed bool, reason, msg string, 
 	}
 	return false, "", "", false
 }
-
