@@ -150,6 +150,30 @@ func addEgress(cfg *Config, pod *corev1.Pod, id sandbox.ID, spec *sandbox.Spec) 
 	return nil
 }
 
+// egressRuntimeOK refuses a network policy for a pod whose RuntimeClass
+// runs gVisor (handler runsc): its network stack is not filtered by the
+// namespace's nftables, and osb-egress cannot even program them there.
+// Where this server may not read RuntimeClasses (they are cluster-scoped)
+// the class's name is judged instead; a gVisor class under another name
+// is then let through, and the sandbox fails without having run: the
+// sidecar never passes its probe.
+func (r *Runtime) egressRuntimeOK(ctx context.Context, pod *corev1.Pod) error {
+	rc := pod.Spec.RuntimeClassName
+	if rc == nil || *rc == "" {
+		return nil
+	}
+	handler := *rc
+	if class, err := r.cs.NodeV1().RuntimeClasses().Get(ctx, *rc, metav1.GetOptions{}); err == nil {
+		handler = class.Handler
+	} else {
+		r.log.Debug("read the RuntimeClass of a sandbox with a network policy", "runtimeClass", *rc, "err", err)
+	}
+	if strings.Contains(handler, "runsc") || strings.Contains(handler, "gvisor") {
+		return invalid(fmt.Sprintf("networkPolicy: not enforced for sandboxes on the RuntimeClass %q (gVisor) yet; use a runc RuntimeClass", *rc))
+	}
+	return nil
+}
+
 // hasEgress reports whether pod runs osb-egress.
 func hasEgress(pod *corev1.Pod) bool {
 	for _, c := range pod.Spec.InitContainers {

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -314,4 +315,28 @@ func lastLine(out string) string {
 		}
 	}
 	return last
+}
+
+// TestEgressRefusedOnGVisor: a policy on a gVisor RuntimeClass is refused
+// at create, before anything is made: osb-egress cannot filter gVisor's
+// network stack.
+func TestEgressRefusedOnGVisor(t *testing.T) {
+	env := newTestEnv(t)
+	class, err := env.cs.NodeV1().RuntimeClasses().Get(context.Background(), "gvisor", metav1.GetOptions{})
+	if err != nil {
+		testenv.Missing(t, "the test cluster has no RuntimeClass gvisor (%v); make k8s-up makes it", err)
+	}
+	cfg := env.config("egress-gv-" + randomSuffix())
+	cfg.AllowedRuntimeClasses = []string{class.Name}
+	rt := env.runtime(t, cfg)
+	id := sandbox.NewID()
+	_, err = rt.Create(context.Background(), id, sandbox.Spec{Image: testImage, Entrypoint: testEntrypoint,
+		Extensions:    map[string]string{extRuntimeClass: class.Name},
+		NetworkPolicy: []byte(`{"defaultAction":"deny"}`)})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "gVisor") {
+		t.Fatalf("create with a policy on gvisor: %v, want a refusal naming gVisor", err)
+	}
+	if _, err := env.cs.CoreV1().Secrets(env.ns).Get(context.Background(), podName(id), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a refused create left its secret: %v", err)
+	}
 }

@@ -500,6 +500,11 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	if err != nil {
 		return nil, err
 	}
+	if spec.NetworkPolicy != nil {
+		if err := r.egressRuntimeOK(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	owned, err := r.makeClaims(ctx, id, spec.Volumes)
 	if err != nil {
 		return nil, err
