@@ -85,6 +85,8 @@ func (m *Main) Run(ctx context.Context) error {
 		kcfg := cfg.Runtime.Kubernetes
 		kcfg.Observer = metrics
 		kcfg.HostPathAllowlist = cfg.Server.HostVolumeAllowlist
+		kcfg.Egress = cfg.Egress
+		egress = &kcfg.Egress
 		krt, err := kubernetes.New(kcfg, log)
 		if err != nil {
 			return fmt.Errorf("kubernetes runtime: %w", err)

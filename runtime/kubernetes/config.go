@@ -120,6 +120,11 @@ type Config struct {
 	// from this table; the server sets it.
 	HostPathAllowlist []string `toml:"-"`
 
+	// Egress is the server's [egress] section: how osb-egress runs beside
+	// a sandbox created with a network policy (egress.go). It is not read
+	// from this table; the server sets it.
+	Egress sandbox.EgressConfig `toml:"-"`
+
 	// Observer receives the runtime's measurements. It is not read from
 	// the file; the server sets it. Default: sandbox.NopObserver.
 	Observer sandbox.Observer `toml:"-"`
@@ -158,6 +163,7 @@ func (c *Config) setDefaults() {
 	if c.Observer == nil {
 		c.Observer = sandbox.NopObserver{}
 	}
+	c.Egress.SetDefaults()
 	c.setNetworkDefaults()
 }
 
@@ -222,6 +228,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("runtime.kubernetes.pod_template_file %s: kind %q, want Pod", c.PodTemplateFile, pod.Kind)
 		}
 		c.template = &pod
+	}
+	if err := c.Egress.Validate(); err != nil {
+		return err
 	}
 	return c.validateNetwork()
 }

@@ -500,6 +500,11 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	if err != nil {
 		return nil, err
 	}
+	if spec.NetworkPolicy != nil {
+		if err := r.egressRuntimeOK(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	owned, err := r.makeClaims(ctx, id, spec.Volumes)
 	if err != nil {
 		return nil, err
@@ -525,7 +530,11 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	r.mu.Lock()
 	r.starts[id] = time.Now()
 	r.mu.Unlock()
-	created, err := r.createPod(ctx, id, pod, newToken())
+	egressToken := ""
+	if spec.NetworkPolicy != nil {
+		egressToken = newToken()
+	}
+	created, err := r.createPod(ctx, id, pod, newToken(), egressToken)
 	if err != nil {
 		r.mu.Lock()
 		delete(r.starts, id)
@@ -543,10 +552,11 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	return r.view(created), nil
 }
 
-// createPod creates the token Secret and then the pod; a pod that cannot
-// be created takes its Secret with it.
-func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod, token string) (*corev1.Pod, error) {
-	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token), metav1.CreateOptions{})
+// createPod creates the token Secret (with the egress token of a pod that
+// runs osb-egress) and then the pod; a pod that cannot be created takes
+// its Secret with it.
+func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod, token, egressToken string) (*corev1.Pod, error) {
+	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token, egressToken), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSandboxAlreadyExists, fmt.Sprintf("sandbox %s already exists", id))
@@ -765,6 +775,11 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 			return sandbox.Endpoint{}, fmt.Errorf("sandbox %s has no address yet (%s): %w", id, r.view(pod).Status.Reason, sandbox.ErrUnavailable)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if port == sandbox.PortEgress && hasEgress(pod) {
+		// Straight to osb-egress, never through execd (which the
+		// sandbox controls), whatever secure access says.
+		return r.egressEndpoint(ctx, id, pod)
 	}
 	ip := pod.Status.PodIP
 	execd := net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))

@@ -256,6 +256,11 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	if cfg.ExecdHostDir != "" {
 		ps.InitContainers = nil // execd is on the node already
 	}
+	if spec.NetworkPolicy != nil {
+		if err := addEgress(cfg, pod, id, spec); err != nil {
+			return nil, err
+		}
+	}
 	ps.Containers = []corev1.Container{{
 		Name:            containerSandbox,
 		Image:           spec.Image,
@@ -286,9 +291,10 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 	return pod, nil
 }
 
-// secretFor is the Secret holding a sandbox's execd token.
-func secretFor(cfg *Config, ns string, id sandbox.ID, token string) *corev1.Secret {
-	return &corev1.Secret{
+// secretFor is the Secret holding a sandbox's execd token and, when it
+// runs osb-egress, its egress token.
+func secretFor(cfg *Config, ns string, id sandbox.ID, token, egressToken string) *corev1.Secret {
+	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: podName(id), Namespace: ns,
 			Labels: map[string]string{labelScope: cfg.LabelScope, labelID: string(id), labelKind: kindToken},
@@ -296,6 +302,10 @@ func secretFor(cfg *Config, ns string, id sandbox.ID, token string) *corev1.Secr
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{secretKey: []byte(token)},
 	}
+	if egressToken != "" {
+		sec.Data[secretEgressKey] = []byte(egressToken)
+	}
+	return sec
 }
 
 func pullSecretName(id sandbox.ID) string { return podName(id) + "-pull" }
@@ -585,7 +595,24 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) san
 			return st(sandbox.StatePending, "UNSCHEDULABLE", "no node can run the sandbox yet: "+c.Message, c.LastTransitionTime.Time)
 		}
 	}
+	sandboxStarted := !containerStarted(pod).IsZero()
+	egressReason, egressMsg := "", ""
 	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == containerEgress {
+			// A sidecar: it restarts in place, and once the sandbox runs
+			// its restarts are no failure of the sandbox's.
+			if sandboxStarted {
+				continue
+			}
+			failed, reason, msg, ok := egressStatus(&cs)
+			if failed {
+				return st(sandbox.StateFailed, reason, msg, time.Time{})
+			}
+			if ok {
+				egressReason, egressMsg = reason, msg
+			}
+			continue
+		}
 		if w := cs.State.Waiting; w != nil && slices.Contains(pullFailures, w.Reason) {
 			return st(sandbox.StateFailed, "EXECD_IMAGE_PULL_FAILED", fmt.Sprintf("the execd image %s: %s: %s", cs.Image, w.Reason, w.Message), time.Time{})
 		}
@@ -635,6 +662,8 @@ func statusOf(pod *corev1.Pod, up bool, created, now time.Time, to timeouts) san
 	switch {
 	case pod.Spec.NodeName == "":
 		reason, msg = "SCHEDULING", "waiting for a node"
+	case egressReason != "":
+		reason, msg = egressReason, egressMsg
 	case pod.Status.Phase == corev1.PodRunning:
 		reason, msg = "EXECD_STARTING", "waiting for execd to answer"
 	default:
