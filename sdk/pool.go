@@ -1,8 +1,8 @@
 package sdk
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -198,4 +199,16 @@ func names(cs []corev1.Container) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// TestPoolWithPolicyRefused: a pool whose template has a network policy
+// is refused on Kubernetes (a warm pod's egress token is not handed over
+// with its claim yet), never started without its token.
+func TestPoolWithPolicyRefused(t *testing.T) {
+	p := sandbox.Pool{Name: "egress", Template: sandbox.Spec{Image: "opensandbox/busybox", NetworkPolicy: []byte(`{"defaultAction":"deny","egress":[]}`)},
+		Capacity: sandbox.Capacity{BufferMin: 1, BufferMax: 1, PoolMax: 1}}
+	err := (&Runtime{}).checkPool(&p)
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "network policy") {
+		t.Fatalf("checkPool: %v", err)
+	}
 }
