@@ -86,7 +86,7 @@ func (b *bench) pooledCreates(ctx context.Context) (_ []row, retErr error) {
 	names := map[string]*api.NetworkPolicy{"egress-policy": basePolicy(), "egress-none": nil}
 	for name, p := range names {
 		_, err := pools.Create(ctx, name, sdk.PoolTemplate{Image: image, Entrypoint: entrypoint, Resources: createLimits, NetworkPolicy: p},
-			sdk.Capacity{BufferMin: 1, BufferMax: 2, PoolMax: 4})
+			sdk.Capacity{BufferMin: 2, BufferMax: 2, PoolMax: 4})
 		if err != nil {
 			return []row{r}, fmt.Errorf("create pool %s: %w", name, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
@@ -282,7 +283,7 @@ func newMetrics() *metrics {
 		Name: "osb_egress_denied_total",
 		Help: "Outbound attempts the policy refused, by kind (dns, tcp, tls, http).",
 	}, []string{"kind"})
-	m.reg.MustRegister(m.denied, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.denied, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

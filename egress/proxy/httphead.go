@@ -10,7 +10,7 @@ import (
 
 // errHostMismatch means an absolute-form request target names another
 // host than the Host header.
-var errHostMismatch = errors.New("Host header and request target disagree")
+var errHostMismatch = errors.New("the Host header and the request target disagree")
 
 // maxHeadLen bounds an HTTP/1.x request head (request line and headers)
 // the proxy reads before it decides.

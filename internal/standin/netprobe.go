@@ -22,12 +22,9 @@ const netprobePkg = "github.com/opensandbox/opensandbox/internal/netprobe"
 // test's working directory is).
 func Netprobe(t testing.TB) string {
 	t.Helper()
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		var lookErr error
-		if goCmd, lookErr = exec.LookPath("go"); lookErr != nil {
-			t.Fatalf("build netprobe: no go command: %v", lookErr)
-		}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("build netprobe: no go command: %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "netprobe")
 	cmd := exec.Command(goCmd, "build", "-trimpath", "-ldflags=-s -w", "-o", out, netprobePkg)
