@@ -178,16 +178,6 @@ func (p *Proxy) Start() error {
 	return nil
 }
 
-// Addr returns the address Start listens on, or nil before Start.
-func (p *Proxy) Addr() net.Addr {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.started == nil {
-		return nil
-	}
-	return p.started.Addr()
-}
-
 // Serve accepts connections on l and handles each until l fails or Close
 // is called; it returns nil after Close. Serve closes l.
 func (p *Proxy) Serve(l net.Listener) error {
