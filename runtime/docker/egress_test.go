@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -43,9 +45,10 @@ func TestEgressContainerConfig(t *testing.T) {
 			}
 		}
 		slices.Sort(ports)
-		want := []string{"18080/tcp", "44772/tcp", "8080/tcp"}
+		execd := strconv.Itoa(api.ExecdPort) + "/tcp"
+		want := []string{"18080/tcp", execd, "8080/tcp"}
 		if tc.secure {
-			want = []string{"18080/tcp", "44772/tcp"}
+			want = []string{"18080/tcp", execd}
 		}
 		if !slices.Equal(ports, want) {
 			t.Errorf("%s: published %v, want %v", tc.mode, ports, want)
