@@ -211,7 +211,19 @@ func Pick(t testing.TB, prefix netip.Prefix, lastByte byte) netip.Addr {
 func (n *Net) inside(f func() error) error {
 	done := make(chan error)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		// The thread goes back to its own namespace after f, so that it
+		// can serve other goroutines again; if it cannot, it stays
+		// locked and ends with the goroutine. (Had the goroutine run on
+		// the process's main thread, which never ends, the process's
+		// /proc/self/ns/net would otherwise name the stand-in namespace
+		// for the rest of its life.)
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer orig.Close()
 		ns, err := os.Open("/var/run/netns/" + n.Name)
 		if err != nil {
 			done <- err
@@ -222,7 +234,11 @@ func (n *Net) inside(f func() error) error {
 			done <- fmt.Errorf("setns %s: %w", n.Name, err)
 			return
 		}
-		done <- f()
+		err = f()
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }
