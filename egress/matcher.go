@@ -286,6 +286,10 @@ var specialPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("fd00:ec2::254/128"),
 }
 
+// SpecialPrefixes returns the ranges IsSpecial judges, for a firewall
+// that must deny the same addresses.
+func SpecialPrefixes() []netip.Prefix { return slices.Clone(specialPrefixes) }
+
 // IsSpecial reports whether an address is one the policy denies unless
 // an address or CIDR rule allows it (see specialPrefixes). An
 // IPv4-mapped IPv6 address is judged as its IPv4 address; a NAT64

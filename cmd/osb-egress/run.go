@@ -232,7 +232,7 @@ func firewallConfig(mode string, o egress.Overlay, p egress.Policy, nameservers 
 	}
 	if c.DefaultAllow {
 	special:
-		for _, s := range specialRanges {
+		for _, s := range egress.SpecialPrefixes() {
 			for _, a := range c.AllowPrefixes {
 				if a.Overlaps(s) {
 					continue special
@@ -243,20 +243,6 @@ func firewallConfig(mode string, o egress.Overlay, p egress.Policy, nameservers 
 	}
 	return c
 }
-
-// specialRanges are the ranges egress.IsSpecial judges, as prefixes for
-// the firewall.
-var specialRanges = func() []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-		"192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "64:ff9b::/96", "64:ff9b:1::/48",
-	} {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}()
 
 // targetPrefix reads a normalised rule target that is an address or a
 // range.
