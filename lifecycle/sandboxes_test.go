@@ -581,12 +581,18 @@ func TestCreateNetworkPolicy(t *testing.T) {
 		"bad target":       img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a..test"}]}`),
 		"blank target":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":" "}]}`),
 		"over the cap":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a.test"},{"action":"allow","target":"b.test"},{"action":"allow","target":"c.test"}]}`),
-		"credential proxy": img(`,"networkPolicy":{},"credentialProxy":{"enabled":true}`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			e.call("POST", "/v1/sandboxes", body).wantError(t, 400, api.CodeSandboxInvalidParameter)
 		})
 	}
+	e.create(img(`,"networkPolicy":{},"credentialProxy":{"enabled":true}`))
+	if !rt.last().CredentialProxy {
+		t.Fatal("credentialProxy did not reach the runtime")
+	}
+	eg.Mode = sandbox.EgressDNSNft
+	e.call("POST", "/v1/sandboxes", img(`,"networkPolicy":{},"credentialProxy":{"enabled":true}`)).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	eg.Mode = sandbox.EgressStrict
 	eg.DefaultPolicy = `{"defaultAction":"deny","egress":[]}`
 	e.create(img(``))
 	if got := string(rt.last().NetworkPolicy); got != eg.DefaultPolicy {

@@ -177,12 +177,15 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	if req.CredentialProxy != nil && req.CredentialProxy.Enabled && !policy {
 		return spec, invalid(codeInvalidParameter, "credentialProxy.enabled requires a networkPolicy")
 	}
-	if req.CredentialProxy != nil && req.CredentialProxy.Enabled {
-		return spec, invalid(codeInvalidParameter, "credentialProxy: the credential vault is not available on this server yet")
-	}
 	eg := s.cfg.Egress
 	if policy && eg == nil {
 		return spec, invalid(codeInvalidParameter, "networkPolicy: this server's runtime does not enforce network policies")
+	}
+	if req.CredentialProxy != nil && req.CredentialProxy.Enabled {
+		if eg.Mode != sandbox.EgressStrict {
+			return spec, invalid(codeInvalidParameter, "credentialProxy: needs the strict egress mode, and this server enforces %q", eg.Mode)
+		}
+		spec.CredentialProxy = true
 	}
 	switch {
 	case policy:

@@ -140,7 +140,7 @@ func (p *Pool) Satisfies(spec *Spec, createExts ...string) bool {
 	if !((spec.Image == "" || spec.Image == t.Image) &&
 		(spec.Resources == Resources{} || spec.Resources == t.Resources) &&
 		spec.SnapshotID == "" && spec.ImageAuth == nil && len(spec.Volumes) == 0 && spec.Platform == nil &&
-		!spec.SecureAccess && (spec.NetworkPolicy == nil || bytes.Equal(spec.NetworkPolicy, t.NetworkPolicy))) {
+		!spec.SecureAccess && !spec.CredentialProxy && (spec.NetworkPolicy == nil || bytes.Equal(spec.NetworkPolicy, t.NetworkPolicy))) {
 		return false
 	}
 	for _, k := range createExts {

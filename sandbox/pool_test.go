@@ -41,12 +41,13 @@ func TestPoolRules(t *testing.T) {
 		t.Error("a create naming the pool, asking for nothing more, is not satisfied")
 	}
 	for name, s := range map[string]Spec{
-		"image":     {Image: "other"},
-		"resources": {Resources: Resources{CPUMillis: 1}},
-		"volume":    {Volumes: []Volume{{Name: "v"}}},
-		"secure":    {SecureAccess: true},
-		"platform":  {Platform: &Platform{OS: "linux", Arch: "arm64"}},
-		"extension": {Extensions: map[string]string{"rt": "x"}},
+		"image":            {Image: "other"},
+		"resources":        {Resources: Resources{CPUMillis: 1}},
+		"volume":           {Volumes: []Volume{{Name: "v"}}},
+		"secure":           {SecureAccess: true},
+		"credential proxy": {CredentialProxy: true},
+		"platform":         {Platform: &Platform{OS: "linux", Arch: "arm64"}},
+		"extension":        {Extensions: map[string]string{"rt": "x"}},
 	} {
 		if ok.Satisfies(&s, "rt") {
 			t.Errorf("%s: satisfied by a warm sandbox", name)

@@ -31,6 +31,9 @@ type Spec struct {
 	SecureAccess bool
 	// NetworkPolicy is the egress policy as JSON; nil means none.
 	NetworkPolicy []byte
+	// CredentialProxy turns on the credential vault's intercepting proxy
+	// in osb-egress; it needs a NetworkPolicy.
+	CredentialProxy bool
 	// ExpiresAt is when the sandbox is deleted automatically; nil means
 	// never.
 	ExpiresAt *time.Time

@@ -14,7 +14,8 @@
 #   opensandbox/execd           FROM scratch + /execd (bin/execd): what a
 #                               Kubernetes sandbox pod's init container copies
 #                               execd from (`/execd --install-to PATH`)
-#   opensandbox/egress          FROM scratch + /osb-egress (bin/osb-egress):
+#   opensandbox/egress          FROM scratch + /osb-egress (bin/osb-egress)
+#                               and Debian's root certificates:
 #                               the egress enforcer beside every sandbox that
 #                               has a network policy
 #   opensandbox/server          FROM scratch + /opensandbox-server
@@ -68,6 +69,9 @@ ensure_tools() {
 	local missing=()
 	command -v debootstrap >/dev/null || missing+=(debootstrap)
 	[[ $(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null) == *' installed' ]] || missing+=(busybox-static)
+	# osb-egress verifies the credential proxy's upstream servers against
+	# Debian's roots, copied into its image.
+	[[ -s /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 	if ((${#missing[@]})); then
 		log "installing ${missing[*]} from Debian"
 		export DEBIAN_FRONTEND=noninteractive
@@ -189,7 +193,7 @@ main() {
 	fi
 	binary_image opensandbox/execd:latest execd 0
 	binary_image opensandbox/server:latest opensandbox-server 65532:65532
-	binary_image opensandbox/egress:latest osb-egress 0
+	binary_image opensandbox/egress:latest osb-egress 0 /etc/ssl/certs/ca-certificates.crt
 	docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^opensandbox/' >&2
 }
 

@@ -106,6 +106,16 @@ func (p *Proxy) handle(c *net.TCPConn, self netip.AddrPort) {
 		return
 	}
 
+	if d.name != "" && !d.connect && p.cfg.Intercept != nil {
+		scheme := "https"
+		if pk.class == classHTTP {
+			scheme = "http"
+		}
+		if h := p.cfg.Intercept(scheme, d.name, dst); h != nil {
+			h(c, pk.data)
+			return
+		}
+	}
 	var up net.Conn
 	if d.name == "" {
 		if !p.addrAllowed(dst.Addr()) {
@@ -364,6 +374,24 @@ func (p *Proxy) dialName(name string, dst netip.AddrPort, port uint16) (_ net.Co
 		return nil, "resolves to a blocked address", nil
 	}
 	return nil, "", errors.Join(errs...)
+}
+
+// DialName connects to name on port for an interceptor's upstream
+// request, as the proxy connects a client that named it: only when the
+// policy allows the name, and only to its addresses the policy accepts.
+func (p *Proxy) DialName(ctx context.Context, name string, port uint16) (net.Conn, error) {
+	name, ok := canonicalName(name)
+	if !ok || !p.cfg.Decider.Name(name) {
+		return nil, fmt.Errorf("dial %s: name not allowed", name)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, reason, err := p.dialName(name, netip.AddrPort{}, port)
+	if reason != "" {
+		return nil, fmt.Errorf("dial %s: %s", name, reason)
+	}
+	return c, err
 }
 
 // dial connects to a with Config.Dial, bounded by DialTimeout.

@@ -61,6 +61,14 @@ type Config struct {
 	// OriginalDst returns the destination the client connected to before
 	// the firewall redirected it (nft.OriginalDst). Required.
 	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
+	// Intercept, when set, is asked about each connection the policy lets
+	// through to a name it carries: TLS with that SNI (scheme "https") or
+	// an HTTP/1.x request with that Host (scheme "http"); CONNECT tunnels
+	// are not offered. A non-nil handler takes the connection over: it
+	// gets the client's connection and the bytes read from it so far,
+	// and the proxy neither dials nor splices. The credential vault's
+	// interceptor (egress/mitm) is the one osb-egress passes.
+	Intercept func(scheme, name string, dst netip.AddrPort) func(c net.Conn, peeked []byte)
 	// Deny, when set, is told of every connection the policy refused. It
 	// is called on the connection's goroutine and should not block.
 	Deny func(egress.Denial)

@@ -367,6 +367,9 @@ func containerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, created tim
 	}
 	if hasEgress(spec) {
 		joinEgress(id, cc, hc)
+		if spec.CredentialProxy {
+			cc.Env = append(cc.Env, sandbox.CredentialCAEnv()...)
+		}
 	}
 	return cc, hc, platform, nil
 }

@@ -156,6 +156,9 @@ func New(cfg Config, logger *slog.Logger) (_ *Runtime, retErr error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
+	if err := cfg.Egress.LoadVaultFiles(filepath.Join(cfg.DataDir, "vault.key")); err != nil {
+		return nil, err
+	}
 	eng, err := newEngine(cfg.Host)
 	if err != nil {
 		return nil, err

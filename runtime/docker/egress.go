@@ -88,7 +88,9 @@ func publishedPorts(cfg *Config, secure, egressAPI bool) (nat.PortSet, nat.PortM
 }
 
 // egressContainerConfig is the egress container of sandbox id.
-func egressContainerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, token string) (*container.Config, *container.HostConfig) {
+// vaultEnv is the credential proxy's environment, for a sandbox that has
+// it.
+func egressContainerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, token string, vaultEnv []string) (*container.Config, *container.HostConfig) {
 	eg := &cfg.Egress
 	exposed, bindings := publishedPorts(cfg, spec.SecureAccess, true)
 	env := []string{
@@ -107,6 +109,7 @@ func egressContainerConfig(cfg *Config, id sandbox.ID, spec *sandbox.Spec, token
 	if len(eg.AlwaysAllow) > 0 {
 		env = append(env, envEgressAlwaysAllow+"="+strings.Join(eg.AlwaysAllow, ","))
 	}
+	env = append(env, vaultEnv...)
 	cc := &container.Config{
 		Image:        eg.Image,
 		Env:          env,
@@ -165,7 +168,15 @@ func (r *Runtime) makeEgress(ctx context.Context, e *entry, spec *sandbox.Spec, 
 	if err := r.ensureImage(ctx, e, &sandbox.Spec{Image: r.cfg.Egress.Image}); err != nil {
 		return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the egress image %s: %v", r.cfg.Egress.Image, err)}
 	}
-	cc, hc := egressContainerConfig(&r.cfg, e.sb.ID, spec, token)
+	var vaultEnv []string
+	if spec.CredentialProxy {
+		key, err := r.cfg.Egress.SandboxVaultKey(e.sb.ID)
+		if err != nil {
+			return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the vault key: %v", err)}
+		}
+		vaultEnv = r.cfg.Egress.CredentialProxyEnv(key, r.vaultPeers(ctx))
+	}
+	cc, hc := egressContainerConfig(&r.cfg, e.sb.ID, spec, token, vaultEnv)
 	if _, err := r.eng.create(context.WithoutCancel(ctx), name, cc, hc, nil); err != nil && !errors.Is(err, errNameConflict) {
 		return &failure{"EGRESS_START_FAILED", fmt.Sprintf("the engine refused the egress container: %v", err)}
 	}

@@ -29,7 +29,7 @@ func TestEgressContainerConfig(t *testing.T) {
 			c.Egress = sandbox.EgressConfig{Mode: tc.mode, DNSUpstreams: []string{"192.0.2.53"}, AlwaysDeny: []string{"10.0.0.0/8"}}
 		})
 		spec := &sandbox.Spec{NetworkPolicy: []byte(`{"defaultAction":"deny","egress":[]}`), SecureAccess: tc.secure}
-		cc, hc := egressContainerConfig(cfg, "sbx-1", spec, "tok")
+		cc, hc := egressContainerConfig(cfg, "sbx-1", spec, "tok", nil)
 		if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, []string{"NET_ADMIN"}) || hc.Privileged ||
 			!slices.Contains(hc.SecurityOpt, "no-new-privileges:true") {
 			t.Errorf("%s: capabilities %v %v, privileged %v, security %v", tc.mode, hc.CapDrop, hc.CapAdd, hc.Privileged, hc.SecurityOpt)

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -499,6 +501,8 @@ type guardNetwork struct {
 	// bridge is the host interface of a bridge network, "" for other
 	// drivers.
 	bridge string
+	// gateways are the host's addresses on the network.
+	gateways []netip.Addr
 }
 
 // network looks a network up by name or ID; errNoSuchObject when there is
@@ -513,6 +517,9 @@ func (e *engine) network(ctx context.Context, name string) (guardNetwork, error)
 		if p, err := netip.ParsePrefix(c.Subnet); err == nil {
 			g.subnets = append(g.subnets, p.Masked())
 		}
+		if a, err := netip.ParseAddr(c.Gateway); err == nil {
+			g.gateways = append(g.gateways, a)
+		}
 	}
 	if n.Driver == "bridge" {
 		g.bridge = n.Options["com.docker.network.bridge.name"]
@@ -521,6 +528,56 @@ func (e *engine) network(ctx context.Context, name string) (guardNetwork, error)
 		}
 	}
 	return g, nil
+}
+
+// readFile reads one regular file of a container (created or running),
+// at most limit bytes; ok is false when there is no such file or it is
+// not a regular file.
+// A symbolic link is followed (a few levels deep).
+func (e *engine) readFile(ctx context.Context, id, path string, limit int64) (data []byte, ok bool, err error) {
+	for range 4 {
+		rc, _, err := e.c.CopyFromContainer(ctx, id, path)
+		if err != nil {
+			if errors.Is(classify(err), errNoSuchObject) {
+				return nil, false, nil
+			}
+			return nil, false, fmt.Errorf("read %s: %w", path, classify(err))
+		}
+		tr := tar.NewReader(rc)
+		hdr, err := tr.Next()
+		if err != nil {
+			rc.Close()
+			return nil, false, fmt.Errorf("read %s: %w", path, err)
+		}
+		switch {
+		case hdr.Typeflag == tar.TypeSymlink:
+			rc.Close()
+			if !strings.HasPrefix(hdr.Linkname, "/") {
+				hdr.Linkname = pathpkg.Join(pathpkg.Dir(path), hdr.Linkname)
+			}
+			path = hdr.Linkname
+			continue
+		case hdr.Typeflag != tar.TypeReg || hdr.Size > limit:
+			rc.Close()
+			return nil, false, nil
+		}
+		data, err = io.ReadAll(io.LimitReader(tr, limit))
+		rc.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("read %s: %w", path, err)
+		}
+		return data, true, nil
+	}
+	return nil, false, nil
+}
+
+// writeFiles puts files into a container (created or running) from a tar
+// stream, extracted at its root.
+func (e *engine) writeFiles(ctx context.Context, id string, archive io.Reader) error {
+	if err := e.c.CopyToContainer(ctx, id, "/", archive, container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("copy files into the container: %w", classify(err))
+	}
+	return nil
 }
 
 func (e *engine) close() error { return e.c.Close() }

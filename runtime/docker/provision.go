@@ -120,6 +120,13 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 			if err := r.restartEgress(ctx, eg); err != nil {
 				return err
 			}
+			if info.State == "created" && slices.Contains(info.Env, sandbox.CredentialCAEnv()[0]) {
+				// Made before a restart of the server, perhaps without
+				// its CA yet.
+				if err := r.installCredentialCA(ctx, id, info.ID); err != nil {
+					return err
+				}
+			}
 		}
 		if info, err = r.startContainer(ctx, id, info.ID, spec.Volumes, !created); err != nil {
 			return err
@@ -235,6 +242,7 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if err != nil {
 		return containerInfo{}, &failure{"INVALID_CONFIGURATION", err.Error()}
 	}
+	var started chan error // osb-egress enforcing, or why not
 	if hasEgress(spec) {
 		// The sandbox's container is made while osb-egress starts (it
 		// needs the egress container to exist, not to run), and is
@@ -242,9 +250,12 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 		if err := r.makeEgress(ctx, e, spec, egressToken); err != nil {
 			return containerInfo{}, err
 		}
-		started := make(chan error, 1)
+		started = make(chan error, 1)
 		go func() { started <- r.restartEgress(ctx, egressName(id)) }()
 		defer func() {
+			if started == nil {
+				return // waited for below
+			}
 			if err := <-started; err != nil && retErr == nil {
 				retErr = err
 			}
@@ -276,12 +287,26 @@ func (r *Runtime) createContainer(ctx context.Context, e *entry, spec *sandbox.S
 	if err != nil && !errors.Is(err, errNameConflict) {
 		return containerInfo{}, &failure{"CONTAINER_CREATE_FAILED", fmt.Sprintf("the engine refused the container: %v", err)}
 	}
-	if err == nil {
-		// Just made: created, not started, no ports yet. The inspect after
-		// the start tells the rest.
-		return containerInfo{ID: cid, State: "created"}, nil
+	info := containerInfo{ID: cid, State: "created"}
+	if err != nil {
+		if info, err = r.eng.inspect(ctx, containerName(id)); err != nil {
+			return info, err
+		}
 	}
-	return r.eng.inspect(ctx, containerName(id))
+	if spec.CredentialProxy && info.State == "created" {
+		// The CA exists once osb-egress enforces; the container must
+		// trust it from its first process on.
+		err, started = <-started, nil
+		if err != nil {
+			return containerInfo{}, err
+		}
+		if err := r.installCredentialCA(ctx, id, info.ID); err != nil {
+			return containerInfo{}, err
+		}
+	}
+	// Just made: created, not started, no ports yet. The inspect after the
+	// start tells the rest.
+	return info, nil
 }
 
 // ensureImage makes spec's image available: pulled per the pull policy,

@@ -52,6 +52,14 @@ const (
 	egressPolicyFile = egressStateDir + "/policy.json"
 	// secretEgressKey holds the egress token in the sandbox's Secret.
 	secretEgressKey = "egress-token"
+	// secretVaultKey holds the key that seals the credential vault, in
+	// the sandbox's Secret (given only to the sidecar).
+	secretVaultKey = "vault-key"
+	// volumeEgressCA is where osb-egress writes the credential proxy's
+	// CA for the sandbox's container, which mounts it read-only at
+	// sandbox.CredentialCADir.
+	volumeEgressCA = "osb-egress-ca"
+	egressCADir    = "/var/run/osb-egress-ca"
 	// egressStartupSeconds bounds how long osb-egress may take to enforce
 	// the policy (its image pulled) before the kubelet restarts it; the
 	// sandbox's StartTimeout still bounds the whole start.
@@ -91,6 +99,20 @@ func egressSidecar(cfg *Config, id sandbox.ID, spec *sandbox.Spec) corev1.Contai
 			env = append(env, corev1.EnvVar{Name: l.name, Value: strings.Join(l.items, ",")})
 		}
 	}
+	mounts := []corev1.VolumeMount{{Name: volumeEgress, MountPath: egressStateDir}}
+	if spec.CredentialProxy {
+		for _, kv := range eg.CredentialProxyEnv("", nil) {
+			name, value, _ := strings.Cut(kv, "=")
+			if name == sandbox.EnvEgressVaultKey {
+				env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: podName(id)}, Key: secretVaultKey}}})
+				continue
+			}
+			env = append(env, corev1.EnvVar{Name: name, Value: value})
+		}
+		env = append(env, corev1.EnvVar{Name: sandbox.EnvEgressCADir, Value: egressCADir})
+		mounts = append(mounts, corev1.VolumeMount{Name: volumeEgressCA, MountPath: egressCADir})
+	}
 	always := corev1.ContainerRestartPolicyAlways
 	no, yes := false, true
 	root := int64(0)
@@ -113,7 +135,7 @@ func egressSidecar(cfg *Config, id sandbox.ID, spec *sandbox.Spec) corev1.Contai
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 		},
-		VolumeMounts: []corev1.VolumeMount{{Name: volumeEgress, MountPath: egressStateDir}},
+		VolumeMounts: mounts,
 		// NET_ADMIN programs the namespace's nftables and marks
 		// osb-egress's own sockets; nothing else is needed. Root, so
 		// that the capability is effective; RunAsNonRoot false against a
@@ -146,6 +168,10 @@ func addEgress(cfg *Config, pod *corev1.Pod, id sandbox.ID, spec *sandbox.Spec) 
 	}
 	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeEgress, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(16<<20, resource.BinarySI)}}})
+	if spec.CredentialProxy {
+		ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeEgressCA, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(4<<20, resource.BinarySI)}}})
+	}
 	ps.InitContainers = append([]corev1.Container{egressSidecar(cfg, id, spec)}, ps.InitContainers...)
 	return nil
 }
@@ -238,4 +264,15 @@ func egressStatus(cs *corev1.ContainerStatus) (failed bool, reason, msg string, 
 		return false, "EGRESS_STARTING", "waiting for osb-egress to enforce the network policy", true
 	}
 	return false, "", "", false
+}
+
+// credentialCAEnv is sandbox.CredentialCAEnv as the container's
+// environment.
+func credentialCAEnv() []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, kv := range sandbox.CredentialCAEnv() {
+		name, value, _ := strings.Cut(kv, "=")
+		out = append(out, corev1.EnvVar{Name: name, Value: value})
+	}
+	return out
 }

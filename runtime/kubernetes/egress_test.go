@@ -116,11 +116,11 @@ spec:
 		t.Fatal("a sandbox without a policy runs osb-egress")
 	}
 
-	sec := secretFor(&cfg, "ns", "id-1", "execd-token", "egress-token-value")
+	sec := secretFor(&cfg, "ns", "id-1", "execd-token", "egress-token-value", "")
 	if string(sec.Data[secretKey]) != "execd-token" || string(sec.Data[secretEgressKey]) != "egress-token-value" {
 		t.Fatalf("secret: %v", sec.Data)
 	}
-	if _, ok := secretFor(&cfg, "ns", "id-1", "execd-token", "").Data[secretEgressKey]; ok {
+	if _, ok := secretFor(&cfg, "ns", "id-1", "execd-token", "", "").Data[secretEgressKey]; ok {
 		t.Fatal("a secret without egress holds an egress token")
 	}
 }

@@ -106,6 +106,10 @@ func New(cfg Config, logger *slog.Logger) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// No key file: each sandbox's vault key is random, kept in its Secret.
+	if err := cfg.Egress.LoadVaultFiles(""); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -530,11 +534,17 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 	r.mu.Lock()
 	r.starts[id] = time.Now()
 	r.mu.Unlock()
-	egressToken := ""
+	egressToken, vaultKey := "", ""
 	if spec.NetworkPolicy != nil {
 		egressToken = newToken()
 	}
-	created, err := r.createPod(ctx, id, pod, newToken(), egressToken)
+	if spec.CredentialProxy {
+		if vaultKey, err = r.cfg.Egress.SandboxVaultKey(id); err != nil {
+			r.deleteClaims(context.WithoutCancel(ctx), owned)
+			return nil, fmt.Errorf("the vault key: %w", err)
+		}
+	}
+	created, err := r.createPod(ctx, id, pod, newToken(), egressToken, vaultKey)
 	if err != nil {
 		r.mu.Lock()
 		delete(r.starts, id)
@@ -553,10 +563,10 @@ func (r *Runtime) Create(ctx context.Context, id sandbox.ID, spec sandbox.Spec) 
 }
 
 // createPod creates the token Secret (with the egress token of a pod that
-// runs osb-egress) and then the pod; a pod that cannot be created takes
-// its Secret with it.
-func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod, token, egressToken string) (*corev1.Pod, error) {
-	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token, egressToken), metav1.CreateOptions{})
+// runs osb-egress, and the key that seals its credential vault) and then
+// the pod; a pod that cannot be created takes its Secret with it.
+func (r *Runtime) createPod(ctx context.Context, id sandbox.ID, pod *corev1.Pod, token, egressToken, vaultKey string) (*corev1.Pod, error) {
+	sec, err := r.cs.CoreV1().Secrets(r.ns).Create(ctx, secretFor(&r.cfg, r.ns, id, token, egressToken, vaultKey), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, sandbox.Coded(sandbox.ErrConflict, api.CodeSandboxAlreadyExists, fmt.Sprintf("sandbox %s already exists", id))

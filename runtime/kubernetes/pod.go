@@ -260,6 +260,10 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 		if err := addEgress(cfg, pod, id, spec); err != nil {
 			return nil, err
 		}
+		if spec.CredentialProxy {
+			env = append(env, credentialCAEnv()...)
+			mounts = append(mounts, corev1.VolumeMount{Name: volumeEgressCA, MountPath: sandbox.CredentialCADir, ReadOnly: true})
+		}
 	}
 	ps.Containers = []corev1.Container{{
 		Name:            containerSandbox,
@@ -293,7 +297,7 @@ func podFor(cfg *Config, ns string, id sandbox.ID, spec *sandbox.Spec, created t
 
 // secretFor is the Secret holding a sandbox's execd token and, when it
 // runs osb-egress, its egress token.
-func secretFor(cfg *Config, ns string, id sandbox.ID, token, egressToken string) *corev1.Secret {
+func secretFor(cfg *Config, ns string, id sandbox.ID, token, egressToken, vaultKey string) *corev1.Secret {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: podName(id), Namespace: ns,
@@ -304,6 +308,9 @@ func secretFor(cfg *Config, ns string, id sandbox.ID, token, egressToken string)
 	}
 	if egressToken != "" {
 		sec.Data[secretEgressKey] = []byte(egressToken)
+	}
+	if vaultKey != "" {
+		sec.Data[secretVaultKey] = []byte(vaultKey)
 	}
 	return sec
 }

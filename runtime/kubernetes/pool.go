@@ -687,7 +687,7 @@ func (r *Runtime) startWarm(ctx context.Context, def *sandbox.Pool, t *warmpool.
 			id := sandbox.NewID()
 			pod, err := podFor(&r.cfg, r.ns, id, &spec, time.Now().UTC(), def.Name, def.Revision)
 			if err == nil {
-				_, err = r.createPod(ctx, id, pod, newToken(), "")
+				_, err = r.createPod(ctx, id, pod, newToken(), "", "")
 			}
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("start a warm sandbox", "pool", def.Name, "err", err)
