@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/opensandbox/opensandbox/egress"
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // config is what the worker reads from its environment.
@@ -28,6 +31,32 @@ type config struct {
 	// Upstreams are the name servers allowed names are resolved with.
 	Upstreams []string
 	Overlay   egress.Overlay
+	// StateDir keeps the credential proxy's sealed vault and CA key.
+	StateDir string
+	Vault    vaultConfig
+}
+
+// vaultConfig is the credential proxy's part of the configuration.
+type vaultConfig struct {
+	// Enabled turns on the intercepting proxy and the vault's writes
+	// (OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT).
+	Enabled bool
+	// Insecure is OPENSANDBOX_EGRESS_MITMPROXY_SSL_INSECURE: upstream
+	// verification is never turned off, so a truthy value keeps vault
+	// writes refused (412), as the contract says.
+	Insecure bool
+	// Key seals the vault and the CA's key at rest; nil keeps both in
+	// memory only.
+	Key         []byte
+	PlainPeers  []netip.Prefix
+	AllowHTTP   bool
+	RedactBytes int64
+	// UpstreamCA are roots trusted for upstream servers besides the
+	// system's (PEM).
+	UpstreamCA []byte
+	// CADir, when set, receives ca.pem and bundle.pem for the sandbox's
+	// container (a volume they share).
+	CADir string
 }
 
 // configFromEnv reads the worker's settings. A setting that cannot be
@@ -63,6 +92,16 @@ func configFromEnv(getenv func(string) string) (config, error) {
 	c.Overlay = egress.Overlay{Deny: list(getenv("OPENSANDBOX_EGRESS_ALWAYS_DENY")), Allow: list(getenv("OPENSANDBOX_EGRESS_ALWAYS_ALLOW"))}
 	if _, err := egress.NewMatcher(c.Overlay, c.Initial); err != nil {
 		return c, fmt.Errorf("OPENSANDBOX_EGRESS_ALWAYS_DENY/ALLOW: %w", err)
+	}
+	c.StateDir = getenv("OPENSANDBOX_EGRESS_STATE_DIR")
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/osb-egress"
+	}
+	if c.Vault, err = vaultFromEnv(getenv); err != nil {
+		return c, err
+	}
+	if c.Vault.Enabled && c.Mode != egress.ModeStrict {
+		return c, fmt.Errorf("OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT: the credential proxy needs the strict mode, not %s", c.Mode)
 	}
 	for _, u := range list(getenv("OPENSANDBOX_EGRESS_DNS_UPSTREAMS")) {
 		hp, err := hostPort53(u)
@@ -117,4 +156,55 @@ func resolvConfServers(path string) ([]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// vaultFromEnv reads the credential proxy's settings.
+func vaultFromEnv(getenv func(string) string) (vaultConfig, error) {
+	v := vaultConfig{
+		Enabled:   truthy(getenv(sandbox.EnvEgressMITM)),
+		Insecure:  truthy(getenv("OPENSANDBOX_EGRESS_MITMPROXY_SSL_INSECURE")),
+		AllowHTTP: truthy(getenv(sandbox.EnvEgressAllowHTTP)),
+		CADir:     getenv(sandbox.EnvEgressCADir),
+	}
+	if s := getenv(sandbox.EnvEgressVaultKey); s != "" {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+		if err != nil || len(key) != 32 {
+			return v, fmt.Errorf("%s: want 32 bytes in base64", sandbox.EnvEgressVaultKey)
+		}
+		v.Key = key
+	}
+	for _, p := range list(getenv(sandbox.EnvEgressPlainPeers)) {
+		pf, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return v, fmt.Errorf("%s: %q is not an address or a range", sandbox.EnvEgressPlainPeers, p)
+			}
+			pf = netip.PrefixFrom(a, a.BitLen())
+		}
+		v.PlainPeers = append(v.PlainPeers, pf.Masked())
+	}
+	if s := getenv(sandbox.EnvEgressRedactBytes); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < -1 {
+			return v, fmt.Errorf("%s: %q: want a size, or -1 for off", sandbox.EnvEgressRedactBytes, s)
+		}
+		v.RedactBytes = n
+	}
+	if s := getenv(sandbox.EnvEgressUpstreamCA); s != "" {
+		if !x509.NewCertPool().AppendCertsFromPEM([]byte(s)) {
+			return v, fmt.Errorf("%s: no PEM certificate", sandbox.EnvEgressUpstreamCA)
+		}
+		v.UpstreamCA = []byte(s)
+	}
+	return v, nil
+}
+
+// truthy reads a boolean setting as the reference sidecar does.
+func truthy(s string) bool {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
 }

@@ -82,3 +82,37 @@ func TestFirewallConfig(t *testing.T) {
 		t.Errorf("default deny: %+v; the special ranges are denied by default already", c)
 	}
 }
+
+func TestVaultConfigFromEnv(t *testing.T) {
+	env := func(kv map[string]string) func(string) string {
+		return func(k string) string { return kv[k] }
+	}
+	key := strings.Repeat("k", 32)
+	c, err := configFromEnv(env(map[string]string{
+		"OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT": "True",
+		"OPENSANDBOX_EGRESS_VAULT_KEY":             "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s=",
+		"OPENSANDBOX_EGRESS_VAULT_PLAIN_PEERS":     "172.17.0.1, 10.0.0.0/8",
+		"OPENSANDBOX_EGRESS_VAULT_REDACT_BYTES":    "-1",
+		"OPENSANDBOX_EGRESS_CA_DIR":                "/ca",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := c.Vault
+	if !v.Enabled || v.Insecure || v.AllowHTTP || string(v.Key) != key || v.RedactBytes != -1 || v.CADir != "/ca" ||
+		!slices.Equal(v.PlainPeers, []netip.Prefix{netip.MustParsePrefix("172.17.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}) ||
+		c.StateDir != "/var/lib/osb-egress" {
+		t.Fatalf("read %+v", c)
+	}
+	for name, kv := range map[string]map[string]string{
+		"short key":       {"OPENSANDBOX_EGRESS_VAULT_KEY": "a2V5"},
+		"bad peer":        {"OPENSANDBOX_EGRESS_VAULT_PLAIN_PEERS": "gateway"},
+		"bad redact":      {"OPENSANDBOX_EGRESS_VAULT_REDACT_BYTES": "-2"},
+		"bad upstream CA": {"OPENSANDBOX_EGRESS_UPSTREAM_CA": "not PEM"},
+		"not strict":      {"OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT": "1", "OPENSANDBOX_EGRESS_MODE": "dns"},
+	} {
+		if _, err := configFromEnv(env(kv)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
