@@ -18,6 +18,11 @@
 //	netprobe nft                           list and add an nftables table; ok if either works
 //	netprobe ech URL [-sni S] [-echconfig F] [-cafile F]
 //	                                       TLS with an ECH extension hiding S; ok when a TLS server answered
+//	netprobe fetch URL [-method M] [-data D] [-header "K: V"]... [-host H] [-sni S] [-cafile F] [-h2]
+//	                                       one request, verified against the system roots unless -cafile;
+//	                                       ok on any status; detail is the response as JSON
+//	netprobe ws wss://... [-header "K: V"]... [-host H] [-sni S] [-cafile F]
+//	                                       a WebSocket upgrade, one message sent, the first one back
 //
 //	netprobe bench http|dns|download|hold TARGET [-n N] [-for D]
 //	                                       measure instead of attempting once (see bench.go)
@@ -79,7 +84,17 @@ type options struct {
 	tcp       bool
 	qtype     string
 	echConfig string
+	method    string
+	data      string
+	headers   headerList
+	h2        bool
 }
+
+// headerList collects repeated -header flags.
+type headerList []string
+
+func (h *headerList) String() string     { return strings.Join(*h, ", ") }
+func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 // parse reads args, flags anywhere among them, into positional
 // arguments and options.
@@ -96,6 +111,10 @@ func parse(args []string) ([]string, options, error) {
 	fs.BoolVar(&o.tcp, "tcp", false, "DNS over TCP")
 	fs.StringVar(&o.qtype, "type", "A", "DNS query type")
 	fs.StringVar(&o.echConfig, "echconfig", "", "file holding an ECHConfigList")
+	fs.StringVar(&o.method, "method", "GET", "HTTP method of fetch")
+	fs.StringVar(&o.data, "data", "", "request body of fetch")
+	fs.Var(&o.headers, "header", "a request header \"Name: value\" (repeatable)")
+	fs.BoolVar(&o.h2, "h2", false, "offer HTTP/2 (fetch)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -117,7 +136,7 @@ func run(ctx context.Context, args []string) (r result, usage bool) {
 		return result{Detail: fmt.Sprintf("usage: netprobe COMMAND ARGS... (%v)", err)}, true
 	}
 	cmd, pos := pos[0], pos[1:]
-	want := map[string]int{"tcp": 1, "ipv6": 1, "udp": 1, "http": 1, "https": 1, "dns": 1, "dot": 2, "doh": 2, "raw": 0, "nft": 0, "ech": 1}
+	want := map[string]int{"tcp": 1, "ipv6": 1, "udp": 1, "http": 1, "https": 1, "dns": 1, "dot": 2, "doh": 2, "raw": 0, "nft": 0, "ech": 1, "fetch": 1, "ws": 1}
 	n, known := want[cmd]
 	if !known || len(pos) != n {
 		return result{Detail: fmt.Sprintf("usage: netprobe %s takes %d argument(s), got %q", cmd, n, pos)}, true
@@ -146,6 +165,10 @@ func run(ctx context.Context, args []string) (r result, usage bool) {
 		detail, err = probeNft()
 	case "ech":
 		detail, err = probeECH(ctx, pos[0], o)
+	case "fetch":
+		detail, err = probeFetch(ctx, pos[0], o)
+	case "ws":
+		detail, err = probeWS(ctx, pos[0], o)
 	}
 	if err != nil {
 		if detail != "" {
