@@ -140,6 +140,27 @@ func (n *Net) ServeTLS(addr netip.AddrPort, body string) *Server {
 	return s
 }
 
+// ServeTLSHandler serves h over TLS at addr, inside the namespace, with
+// HTTP/2 and HTTP/1.1 offered; the certificate is as ServeTLS's. Each
+// request is noted (Seen) before h runs.
+func (n *Net) ServeTLSHandler(addr netip.AddrPort, h http.Handler) *Server {
+	n.t.Helper()
+	s, ln := n.listenCounted(addr)
+	s.URL = "https://" + addr.String() + "/"
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.seeRequest(r)
+			h.ServeHTTP(w, r)
+		}),
+		TLSConfig:         n.authority().serverConfig(nil),
+		ReadHeaderTimeout: connLifetime,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	go srv.ServeTLS(ln, "", "") // ServeTLS offers h2 through ALPN
+	n.t.Cleanup(func() { srv.Close() })
+	return s
+}
+
 // ServeDoH answers DNS over HTTPS at addr, inside the namespace, from d's
 // records: RFC 8484 GET (?dns=, base64url) and POST (application/
 // dns-message) on /dns-query; other paths are 404. TLS is as ServeTLS's.
