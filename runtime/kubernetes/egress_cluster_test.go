@@ -30,9 +30,20 @@ const egressImage = "docker.io/opensandbox/egress:latest"
 // testDNS is an authoritative server for a few names under .test, on an
 // address of this machine that the cluster's pods reach (the node's).
 type testDNS struct {
-	addr string
-	mu   sync.Mutex
-	seen []string
+	addr  string
+	mu    sync.Mutex
+	seen  []string
+	extra map[string]string // names set by the test, beside testRecords
+}
+
+// set adds a record: name (fully qualified) resolves to addr.
+func (d *testDNS) set(name, addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.extra == nil {
+		d.extra = map[string]string{}
+	}
+	d.extra[name] = addr
 }
 
 // The addresses the test's names resolve to. No connection is made to
@@ -53,8 +64,11 @@ func startTestDNS(t *testing.T, host string) *testDNS {
 		q := req.Question[0]
 		d.mu.Lock()
 		d.seen = append(d.seen, dns.CanonicalName(q.Name))
-		d.mu.Unlock()
 		addr, ok := testRecords[dns.CanonicalName(q.Name)]
+		if a, found := d.extra[dns.CanonicalName(q.Name)]; found {
+			addr, ok = a, true
+		}
+		d.mu.Unlock()
 		switch {
 		case !ok:
 			m.Rcode = dns.RcodeNameError
