@@ -208,9 +208,9 @@ func startUpstream(t testing.TB, cert tls.Certificate, h2 bool, handler http.Han
 type harness struct {
 	ic     *Interceptor
 	front  net.Listener
-	sni    string         // the name the "proxy" decided on
+	sni    string            // the name the "proxy" decided on
 	routes map[string]string // name -> upstream address
-	plain  bool           // hand connections to ServeHTTP1
+	plain  bool              // hand connections to ServeHTTP1
 
 	mu     sync.Mutex
 	events []egress.Denial

@@ -522,7 +522,7 @@ func TestEventStreamNotBuffered(t *testing.T) {
 func TestHTTP2(t *testing.T) {
 	uca := newUpstreamCA(t)
 	for _, tc := range []struct {
-		name                  string
+		name                 string
 		clientH2, upstreamH2 bool
 	}{
 		{"h2-client-h1-upstream", true, false},

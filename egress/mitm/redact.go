@@ -106,7 +106,7 @@ type redactReader struct {
 	buf     []byte   // read from src, not yet judged
 	out     []byte   // judged; out[off:] is not yet returned
 	off     int
-	err     error    // src's error, once it returned one
+	err     error // src's error, once it returned one
 }
 
 // newRedactReader redacts secrets in the first limit bytes of src.
