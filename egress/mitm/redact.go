@@ -50,32 +50,60 @@ func containsAny(s string, secrets []string) bool {
 
 // redactAll is the whole-input form of the streaming redactor: at each
 // position the longest secret that starts there is replaced, else the
-// byte is kept.
+// byte is kept. secrets must be a secretSet.
 func redactAll(b []byte, secrets []string) []byte {
 	var out []byte
+	sc := newScanner(secrets)
 	i := 0
 	for {
-		j, n := nextMatch(b[i:], secrets)
+		j, n := sc.find(b, i)
 		if j < 0 {
 			return append(out, b[i:]...)
 		}
-		out = append(out, b[i:i+j]...)
+		out = append(out, b[i:j]...)
 		out = append(out, Redacted...)
-		i += j + n
+		i = j + n
 	}
 }
 
-// nextMatch returns where the first secret in b starts and its length,
-// the longest one where several start there; -1 when there is none.
-func nextMatch(b []byte, secrets []string) (at, n int) {
+// scanner finds secrets left to right in one buffer. It remembers where
+// each secret occurs next, so a buffer is searched about once per
+// secret, not once per match: an input full of secrets costs no more
+// than one without.
+type scanner struct {
+	secrets []string // longest first
+	next    []int    // per secret: where it occurs next; -1 nowhere; -2 not searched yet
+}
+
+func newScanner(secrets []string) *scanner {
+	sc := &scanner{secrets: secrets, next: make([]int, len(secrets))}
+	sc.reset()
+	return sc
+}
+
+// reset forgets what was found, for a new buffer.
+func (sc *scanner) reset() {
+	for k := range sc.next {
+		sc.next[k] = -2
+	}
+}
+
+// find returns where in b, at or after i, the first secret starts, and
+// its length, the longest one where several start there; -1 when there
+// is none. Successive calls for one buffer must not move i backwards.
+func (sc *scanner) find(b []byte, i int) (at, n int) {
 	at = -1
-	for _, s := range secrets { // longest first: ties keep the longest
-		limit := len(b)
-		if at >= 0 {
-			limit = min(len(b), at+len(s)-1) // only an earlier start can win
+	for k, s := range sc.secrets {
+		p := sc.next[k]
+		if p == -2 || p >= 0 && p < i {
+			p = -1
+			if j := bytes.Index(b[i:], []byte(s)); j >= 0 {
+				p = i + j
+			}
+			sc.next[k] = p
 		}
-		if j := bytes.Index(b[:limit], []byte(s)); j >= 0 && (at < 0 || j < at) {
-			at, n = j, len(s)
+		if p >= 0 && (at < 0 || p < at) { // longest first: a tie keeps the longest
+			at, n = p, len(s)
 		}
 	}
 	return at, n
@@ -102,16 +130,17 @@ func redactHeader(h http.Header, secrets []string) {
 type redactReader struct {
 	src     io.Reader
 	secrets []string // longest first
-	limit   int64    // bytes of src still to scan; <= 0: pass through
-	buf     []byte   // read from src, not yet judged
-	out     []byte   // judged; out[off:] is not yet returned
+	sc      *scanner
+	limit   int64  // bytes of src still to scan; <= 0: pass through
+	buf     []byte // read from src, not yet judged
+	out     []byte // judged; out[off:] is not yet returned
 	off     int
 	err     error // src's error, once it returned one
 }
 
 // newRedactReader redacts secrets in the first limit bytes of src.
 func newRedactReader(src io.Reader, secrets []string, limit int64) *redactReader {
-	return &redactReader{src: src, secrets: secrets, limit: limit}
+	return &redactReader{src: src, secrets: secrets, sc: newScanner(secrets), limit: limit}
 }
 
 func (r *redactReader) Read(p []byte) (int, error) {
@@ -150,23 +179,28 @@ func (r *redactReader) fill() {
 // judged now and returns the rest of buf, the tail that could still
 // become a secret. With final set every byte is judged.
 func (r *redactReader) judge(out, buf []byte, final bool) ([]byte, []byte) {
+	hold := len(buf)
+	if !final {
+		hold = r.holdFrom(buf, 0)
+	}
+	r.sc.reset()
 	i := 0
 	for {
-		hold := len(buf)
-		if !final {
-			hold = r.holdFrom(buf, i)
-		}
-		j, n := nextMatch(buf[i:], r.secrets)
-		if j < 0 || i+j >= hold {
+		j, n := r.sc.find(buf, i)
+		if j < 0 || j >= hold {
 			// A secret starting at or after hold could still be longer
-			// than what buf shows; the reference scan would take that
+			// than what buf shows; the whole-input scan would take that
 			// one, so wait for more.
 			out = append(out, buf[i:hold]...)
 			return out, buf[:copy(buf, buf[hold:])]
 		}
-		out = append(out, buf[i:i+j]...)
+		out = append(out, buf[i:j]...)
 		out = append(out, Redacted...)
-		i += j + n
+		i = j + n
+		if i > hold {
+			// The secret ran past where a partial one began.
+			hold = r.holdFrom(buf, i)
+		}
 	}
 }
 
@@ -181,7 +215,7 @@ func (r *redactReader) holdFrom(buf []byte, i int) int {
 	for p := max(i, len(buf)-longest+1); p < len(buf); p++ {
 		tail := buf[p:]
 		for _, s := range r.secrets {
-			if len(s) > len(tail) && strings.HasPrefix(s, string(tail)) {
+			if len(s) > len(tail) && string(tail) == s[:len(tail)] {
 				return p
 			}
 		}
