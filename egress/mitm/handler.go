@@ -188,6 +188,9 @@ type responseBody struct {
 func (b *responseBody) Close() error {
 	err := b.body.Close()
 	redactHeader(b.res.Trailer, b.secrets)
+	if rr, ok := b.Reader.(*redactReader); ok {
+		rr.release() // ReverseProxy reads no more once it closes
+	}
 	return err
 }
 

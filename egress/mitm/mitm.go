@@ -199,6 +199,7 @@ func New(cfg Config) (*Interceptor, error) {
 		Rewrite:        ic.rewrite,
 		Transport:      ic.tr,
 		FlushInterval:  -1,
+		BufferPool:     copyBuffers{},
 		ModifyResponse: ic.modifyResponse,
 		ErrorHandler:   ic.upstreamError,
 		ErrorLog:       errLog,

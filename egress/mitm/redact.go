@@ -7,14 +7,40 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Redacted replaces a secret wherever the interceptor finds one in a
 // response.
 const Redacted = "[REDACTED]"
 
-// readChunk is how much the redactor reads from its source at a time.
+// readChunk is how much the redactor reads from its source at a time,
+// and the size of the buffers of bufPool.
 const readChunk = 32 << 10
+
+// bufPool holds the buffers of response bodies in flight: the
+// ReverseProxy's copy buffer and the redactor's.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, readChunk)
+	return &b
+}}
+
+// getBuf returns an empty buffer with room for readChunk bytes.
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+// putBuf returns b to the pool unless it grew too large to keep.
+func putBuf(b []byte) {
+	if cap(b) >= readChunk && cap(b) <= 4*readChunk {
+		b = b[:0]
+		bufPool.Put(&b)
+	}
+}
+
+// copyBuffers is the ReverseProxy's httputil.BufferPool.
+type copyBuffers struct{}
+
+func (copyBuffers) Get() []byte  { b := getBuf(); return b[:cap(b)] }
+func (copyBuffers) Put(b []byte) { putBuf(b) }
 
 // secretSet is the non-empty distinct secrets, longest first.
 func secretSet(secrets []string) []string {
@@ -165,6 +191,9 @@ func (r *redactReader) Read(p []byte) (int, error) {
 func (r *redactReader) fill() {
 	if r.limit > 0 {
 		want := int(min(int64(readChunk), r.limit))
+		if r.buf == nil {
+			r.buf, r.out = getBuf(), getBuf()
+		}
 		r.buf = slices.Grow(r.buf, want)
 		n, err := r.src.Read(r.buf[len(r.buf) : len(r.buf)+want])
 		r.buf = r.buf[:len(r.buf)+n]
@@ -173,6 +202,16 @@ func (r *redactReader) fill() {
 	}
 	final := r.err != nil || r.limit <= 0
 	r.out, r.buf = r.judge(r.out, r.buf, final)
+}
+
+// release returns the reader's buffers to the pool; the reader must not
+// be used after.
+func (r *redactReader) release() {
+	if r.buf != nil {
+		putBuf(r.buf)
+		putBuf(r.out)
+		r.buf, r.out, r.off = nil, nil, 0
+	}
 }
 
 // judge appends to out the redacted form of buf's bytes that can be
