@@ -98,8 +98,29 @@ func (ic *Interceptor) serveRequest(w http.ResponseWriter, r *http.Request) {
 			ic.injected.Add(1)
 		}
 	}
+	if len(st.secrets) > 0 {
+		w = &interimRedactor{ResponseWriter: w, secrets: st.secrets}
+	}
 	ic.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st)))
 }
+
+// interimRedactor redacts the headers of informational (1xx) responses,
+// which ReverseProxy passes on as they arrive, before modifyResponse
+// sees anything. Flush and Hijack reach the writer beneath via Unwrap.
+type interimRedactor struct {
+	http.ResponseWriter
+	secrets []string
+}
+
+func (w *interimRedactor) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		redactHeader(w.Header(), w.secrets)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap is for http.ResponseController.
+func (w *interimRedactor) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // reason is err's text for an event: cut short, secrets redacted.
 func (ic *Interceptor) reason(err error, secrets []string) string {

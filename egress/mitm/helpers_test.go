@@ -345,8 +345,8 @@ func (h *harness) eventList() []egress.Denial {
 	return append([]egress.Denial(nil), h.events...)
 }
 
-func (h *harness) setSNI(name string) {
+func (h *harness) dialedList() []string {
 	h.mu.Lock()
-	h.sni = name
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.dialed...)
 }

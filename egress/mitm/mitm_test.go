@@ -12,6 +12,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -432,6 +434,37 @@ func TestRedaction(t *testing.T) {
 	}
 }
 
+// Informational responses (103 Early Hints) pass on with their headers
+// redacted.
+func TestRedactInterimHeaders(t *testing.T) {
+	uca := newUpstreamCA(t)
+	up := startUpstream(t, uca.leaf(t, providerName), false, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css?k="+secretKey+">; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		io.WriteString(w, "ok")
+	})
+	h := newHarness(t, uca.pool, map[string]string{providerName: up.Listener.Addr().String()})
+	var mu sync.Mutex
+	var hints []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, hdr textproto.MIMEHeader) error {
+		mu.Lock()
+		defer mu.Unlock()
+		hints = append(hints, fmt.Sprintf("%d %s", code, hdr.Get("Link")))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", "https://"+providerName+"/v1/page", nil)
+	res, body := do(t, h.client(t, false), req)
+	if res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("status %d body %q", res.StatusCode, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := "103 </style.css?k=" + Redacted + ">; rel=preload"; len(hints) != 1 || hints[0] != want {
+		t.Errorf("interim responses %q, want [%q]", hints, want)
+	}
+}
+
 func TestRedactBodyLimit(t *testing.T) {
 	uca := newUpstreamCA(t)
 	body := secretKey + strings.Repeat(".", 100) + secretKey
@@ -688,7 +721,7 @@ func TestUnreachableUpstream(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway || strings.Contains(body, "route") {
 		t.Fatalf("status %d body %q, want a bare 502", res.StatusCode, body)
 	}
-	if d := h.dialed; len(d) != 1 || d[0] != providerName+":443" {
+	if d := h.dialedList(); len(d) != 1 || d[0] != providerName+":443" {
 		t.Errorf("dialed %q, want [%s:443]", d, providerName)
 	}
 }
@@ -762,7 +795,7 @@ func TestServeHTTP1Plain(t *testing.T) {
 			}
 		}
 	}
-	if d := h.dialed; len(d) != 1 || d[0] != providerName+":80" {
+	if d := h.dialedList(); len(d) != 1 || d[0] != providerName+":80" {
 		t.Errorf("dialed %q", d)
 	}
 }
