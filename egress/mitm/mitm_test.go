@@ -913,3 +913,30 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 }
+
+// The upstream's certificate must name the name dialed: one valid for
+// another name gets no request.
+func TestUpstreamWrongName(t *testing.T) {
+	uca := newUpstreamCA(t)
+	up := startUpstream(t, uca.leaf(t, providerName), false, echoHeaders)
+	b := &testBinder{
+		rules: []rule{{name: "other", host: otherName, prefix: "/",
+			headers: []egress.InjectedHeader{{Name: "Authorization", Value: "Bearer " + secretKey}}}},
+		secrets: []string{secretKey},
+	}
+	h := newHarness(t, uca.pool, map[string]string{otherName: up.Listener.Addr().String()}, withBinder(b))
+	h.mu.Lock()
+	h.sni = otherName
+	h.mu.Unlock()
+	req, _ := http.NewRequest("GET", "https://"+otherName+"/x", nil)
+	res, _ := do(t, h.client(t, false), req)
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502", res.StatusCode)
+	}
+	if n := len(up.seen()); n != 0 {
+		t.Errorf("upstream saw %d requests", n)
+	}
+	if ev := h.eventList(); len(ev) != 1 || ev[0].Reason != "upstream certificate not trusted" {
+		t.Errorf("events %+v", ev)
+	}
+}
