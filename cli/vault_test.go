@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/opensandbox/opensandbox/api"
 )
@@ -284,4 +287,85 @@ func TestCreateCredentialProxyFlag(t *testing.T) {
 	if err := json.Unmarshal([]byte(reqs[0].body), &sent); err != nil || sent.CredentialProxy == nil || !sent.CredentialProxy.Enabled || len(sent.NetworkPolicy) == 0 {
 		t.Errorf("sent %s (%v)", reqs[0].body, err)
 	}
+}
+
+// TestMCPVaultCredentials: osb mcp reads --vault-credential values from
+// the environment and files, hands them to the MCP server, and never
+// prints them.
+func TestMCPVaultCredentials(t *testing.T) {
+	w := newWire(t)
+	tokenFile := filepath.Join(t.TempDir(), "npm")
+	os.WriteFile(tokenFile, []byte(fileSecret+"\r\n"), 0o600)
+	env := map[string]string{"GH_TOKEN": envSecret}
+	serve := func(args ...string) (MCPOptions, int, string) {
+		t.Helper()
+		var got MCPOptions
+		vars := map[string]string{"OPEN_SANDBOX_DOMAIN": w.srv.URL, "NO_COLOR": "1"}
+		for k, v := range env {
+			vars[k] = v
+		}
+		var out, errb bytes.Buffer
+		code := Run(t.Context(), append([]string{"--config", filepath.Join(t.TempDir(), "none.toml"), "mcp"}, args...), Streams{
+			In: strings.NewReader(""), Out: &out, Err: &errb, Getenv: func(k string) string { return vars[k] },
+			ServeMCP: func(_ context.Context, o MCPOptions) error { got = o; return nil },
+		})
+		if s := out.String() + errb.String(); strings.Contains(s, envSecret) || strings.Contains(s, fileSecret) {
+			t.Errorf("osb mcp printed a secret: %s", s)
+		}
+		return got, code, errb.String()
+	}
+
+	o, code, errOut := serve("--vault-credential", "github=env:GH_TOKEN", "--vault-credential", "npm=file:"+tokenFile,
+		"--vault-credential-hosts", "github=API.github.test, *.github.test")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if len(o.VaultCredentials) != 2 || o.VaultCredentials["github"] != envSecret || o.VaultCredentials["npm"] != fileSecret {
+		t.Errorf("credentials: %d of them, github %v, npm %v", len(o.VaultCredentials), o.VaultCredentials["github"] == envSecret, o.VaultCredentials["npm"] == fileSecret)
+	}
+	if h := o.VaultHosts["github"]; len(h) != 2 || h[0] != "api.github.test" || h[1] != "*.github.test" || o.VaultHosts["npm"] != nil {
+		t.Errorf("hosts %q", o.VaultHosts)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--vault-credential", "github=" + envSecret}, 2, "shell history"},
+		{[]string{"--vault-credential", "github=env:UNSET"}, 1, "UNSET is empty or unset"},
+		{[]string{"--vault-credential", "a=env:GH_TOKEN", "--vault-credential", "a=env:GH_TOKEN"}, 2, "given twice"},
+		{[]string{"--vault-credential", "a=env:GH_TOKEN", "--vault-credential-hosts", "b=x.test"}, 2, "no --vault-credential b"},
+		{[]string{"--vault-credential", "a=env:GH_TOKEN", "--vault-credential-hosts", "a="}, 2, "want NAME=HOST"},
+	} {
+		if _, code, errOut := serve(tc.args...); code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("osb mcp %q: exit %d, %s; want %d, %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+// FuzzParseCredentialFlag: a --credential value never panics the parser,
+// and a refused one is not repeated in the error (it may be a secret
+// pasted by mistake), beyond the name before "=".
+func FuzzParseCredentialFlag(f *testing.F) {
+	for _, s := range []string{"gh=env:GH", "gh=file:/x", "gh=s3cret", "s3cret", "=env:X", "gh=env:", "a=b=c", "gh=x:y:z"} {
+		f.Add(s)
+	}
+	cmd := &cobra.Command{Use: "x"}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := parseCredentialFlag(cmd, "--credential", s)
+		if err == nil {
+			if c.name == "" || (c.kind != "env" && c.kind != "file") || c.ref == "" {
+				t.Fatalf("accepted %q as %+v", s, c)
+			}
+			return
+		}
+		name, rest, ok := strings.Cut(s, "=")
+		if !ok {
+			name, rest = "", s // the whole value may be the secret
+		}
+		if len(rest) >= 6 && !strings.Contains(name, rest) && strings.Contains(err.Error(), rest) {
+			t.Fatalf("error %q repeats %q", err, rest)
+		}
+	})
 }
