@@ -30,6 +30,12 @@ type MCPOptions struct {
 	// when unset and sdk.NoTimeout for "none".
 	DefaultImage   string
 	DefaultTimeout time.Duration
+	// VaultCredentials are the secrets, by name, that the vault tools may
+	// attach to sandboxes, read at start from --vault-credential
+	// NAME=env:VAR or NAME=file:PATH. VaultHosts limits, by name, the
+	// hosts a credential may be attached to (--vault-credential-hosts).
+	VaultCredentials map[string]string
+	VaultHosts       map[string][]string
 	// Listener is where to serve streamable HTTP; nil means stdio on In
 	// and Out.
 	Listener net.Listener
@@ -51,6 +57,7 @@ type ServeMCPFunc func(ctx context.Context, opts MCPOptions) error
 
 func (a *app) mcpCommand() *cobra.Command {
 	var httpAddr, token, image, timeout string
+	var vaultCreds, vaultHosts []string
 	var insecure bool
 	cmd := &cobra.Command{
 		Use:   "mcp [--http ADDR]",
@@ -69,10 +76,19 @@ a random one printed on stderr at start. --insecure serves without a token
 The server, API key and defaults come from the same flags, environment and
 ~/.opensandbox/config.toml as every osb command: [defaults] image is the image
 sandbox_create uses when the agent names none, [defaults] timeout its lifetime.
+With --vault-credential NAME=env:VAR (or NAME=file:PATH), repeatable, the
+agent can attach the credential NAME to a sandbox's outbound requests with
+vault_attach, by name: the value is read once at start, held in memory and
+sent only to the sandbox's credential vault; no tool ever returns it. Limit
+where each may go with --vault-credential-hosts NAME=HOST[,HOST...]; without
+it an agent that can widen the egress policy can send the credential to any
+host.
+
 See docs/mcp.md for the tools and how to register osb mcp with MCP clients.`,
 		Example: `  osb mcp                                  # stdio, for a client that launches it
   claude mcp add opensandbox -- osb mcp --image opensandbox/code-interpreter
-  OSB_MCP_TOKEN=$(openssl rand -hex 32) osb mcp --http 127.0.0.1:8765`,
+  OSB_MCP_TOKEN=$(openssl rand -hex 32) osb mcp --http 127.0.0.1:8765
+  osb mcp --vault-credential github=env:GITHUB_TOKEN --vault-credential-hosts github=api.github.com`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.ServeMCP == nil {
@@ -92,6 +108,22 @@ See docs/mcp.md for the tools and how to register osb mcp with MCP clients.`,
 				if none {
 					opts.DefaultTimeout = sdk.NoTimeout
 				}
+			}
+			creds, err := a.credentials(cmd, "--vault-credential", vaultCreds)
+			if err != nil {
+				return err
+			}
+			if len(creds) > 0 {
+				opts.VaultCredentials = make(map[string]string, len(creds))
+			}
+			for _, c := range creds {
+				if _, dup := opts.VaultCredentials[c.Name]; dup {
+					return usagef(cmd, "--vault-credential %s is given twice", c.Name)
+				}
+				opts.VaultCredentials[c.Name] = c.Source.Value
+			}
+			if opts.VaultHosts, err = parseVaultHosts(cmd, vaultHosts, opts.VaultCredentials); err != nil {
+				return err
 			}
 			c, err := a.sdkClient()
 			if err != nil {
@@ -137,8 +169,35 @@ See docs/mcp.md for the tools and how to register osb mcp with MCP clients.`,
 	fl.StringVar(&token, "token", "", "bearer token HTTP clients must send (env "+EnvMCPToken+"; default: a random one, printed)")
 	fl.BoolVar(&insecure, "insecure", false, "serve HTTP without a token")
 	fl.StringVarP(&image, "image", "i", "", "image of sandbox_create when the agent names none (default: defaults.image of the config)")
+	fl.StringArrayVar(&vaultCreds, "vault-credential", nil, "a credential NAME=env:VAR or NAME=file:PATH the agent may attach to sandboxes by name, never seeing it (repeatable)")
+	fl.StringArrayVar(&vaultHosts, "vault-credential-hosts", nil, "NAME=HOST[,HOST...]: the only hosts credential NAME may be attached to, names or *.suffix (repeatable)")
 	fl.StringVarP(&timeout, "timeout", "t", "", "lifetime of sandboxes the agent creates without one, such as 30m, or none (default: defaults.timeout, else 10m)")
 	return cmd
+}
+
+// parseVaultHosts reads --vault-credential-hosts NAME=HOST[,HOST...]
+// for credentials of creds.
+func parseVaultHosts(cmd *cobra.Command, specs []string, creds map[string]string) (map[string][]string, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	out := map[string][]string{}
+	for _, s := range specs {
+		name, list, ok := strings.Cut(s, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.TrimSpace(list) == "" {
+			return nil, usagef(cmd, "invalid --vault-credential-hosts %q: want NAME=HOST[,HOST...]", s)
+		}
+		if _, known := creds[name]; !known {
+			return nil, usagef(cmd, "--vault-credential-hosts %s: no --vault-credential %s", name, name)
+		}
+		for _, h := range strings.Split(list, ",") {
+			if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+				out[name] = append(out[name], h)
+			}
+		}
+	}
+	return out, nil
 }
 
 // newToken returns 32 random bytes in hex.

@@ -57,6 +57,9 @@ func (s *Server) explain(err error, sandboxID string) string {
 	if errors.Is(err, sdk.ErrNoEgress) {
 		return explainNoEgress(err, sandboxID)
 	}
+	if msg := explainVault(err, sandboxID); msg != "" {
+		return msg
+	}
 	var apiErr *sdk.APIError
 	if errors.As(err, &apiErr) {
 		return s.explainAPI(apiErr, sandboxID)

@@ -46,15 +46,16 @@ func sandboxInfo(sb *api.Sandbox) SandboxInfo {
 }
 
 type createInput struct {
-	Image          string            `json:"image,omitempty" jsonschema:"container image to start from, such as python:3.11 or ubuntu:24.04"`
-	Pool           string            `json:"pool,omitempty" jsonschema:"name of a warm pool (see pool_list) to take a ready sandbox from: it runs at once, with the pool's image and resources unless others are given"`
-	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
-	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables of every process in the sandbox"`
-	Metadata       map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the sandbox again with sandbox_list"`
-	Entrypoint     []string          `json:"entrypoint,omitempty" jsonschema:"the sandbox's main process as argv; default: one that keeps the sandbox idle and alive"`
-	CPU            string            `json:"cpu,omitempty" jsonschema:"CPU limit such as 500m or 2; default 1"`
-	Memory         string            `json:"memory,omitempty" jsonschema:"memory limit such as 512Mi or 4Gi; default 2Gi"`
-	AllowedHosts   []string          `json:"allowed_hosts,omitempty" jsonschema:"restrict the sandbox's outbound network to these hosts: names (pypi.org), wildcards (*.pythonhosted.org: subdomains only), IP addresses or CIDR ranges; every other host is denied. Default: no restriction. Change it later with egress_allow, egress_deny, egress_remove"`
+	Image           string            `json:"image,omitempty" jsonschema:"container image to start from, such as python:3.11 or ubuntu:24.04"`
+	Pool            string            `json:"pool,omitempty" jsonschema:"name of a warm pool (see pool_list) to take a ready sandbox from: it runs at once, with the pool's image and resources unless others are given"`
+	TimeoutSeconds  int               `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
+	Env             map[string]string `json:"env,omitempty" jsonschema:"environment variables of every process in the sandbox"`
+	Metadata        map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the sandbox again with sandbox_list"`
+	Entrypoint      []string          `json:"entrypoint,omitempty" jsonschema:"the sandbox's main process as argv; default: one that keeps the sandbox idle and alive"`
+	CPU             string            `json:"cpu,omitempty" jsonschema:"CPU limit such as 500m or 2; default 1"`
+	Memory          string            `json:"memory,omitempty" jsonschema:"memory limit such as 512Mi or 4Gi; default 2Gi"`
+	AllowedHosts    []string          `json:"allowed_hosts,omitempty" jsonschema:"restrict the sandbox's outbound network to these hosts: names (pypi.org), wildcards (*.pythonhosted.org: subdomains only), IP addresses or CIDR ranges; every other host is denied. Default: no restriction. Change it later with egress_allow, egress_deny, egress_remove"`
+	CredentialProxy bool              `json:"credential_proxy,omitempty" jsonschema:"give the sandbox a credential proxy, so that vault_attach can make its requests carry the operator's credentials (needs allowed_hosts; not with pool)"`
 }
 
 type listInput struct {
@@ -115,6 +116,12 @@ func (in createInput) validate() error {
 		if k == "" || strings.Contains(k, "=") {
 			return argErrorf("env name %q: must be non-empty and without '='", k)
 		}
+	}
+	if in.CredentialProxy && len(in.AllowedHosts) == 0 {
+		return argErrorf("credential_proxy needs allowed_hosts: name the hosts the sandbox may reach, the hosts of the credentials included")
+	}
+	if in.CredentialProxy && in.Pool != "" {
+		return argErrorf("credential_proxy cannot be used with a pool: create the sandbox from an image")
 	}
 	if in.AllowedHosts != nil {
 		if len(in.AllowedHosts) == 0 {
@@ -301,6 +308,7 @@ func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.Call
 			p.Egress[i] = api.NetworkRule{Action: "allow", Target: t}
 		}
 		opts.NetworkPolicy = p
+		opts.CredentialProxy = in.CredentialProxy
 	}
 	if in.CPU != "" || in.Memory != "" {
 		// A pooled create leaves out what it does not ask for: the

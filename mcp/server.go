@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -43,6 +44,10 @@ type Config struct {
 	MaxOutput int
 	// Version is the version reported to clients.
 	Version string
+	// VaultCredentials are the operator's credentials, by name, that
+	// vault_attach may put into a sandbox's credential vault. The tools
+	// show their names only.
+	VaultCredentials map[string]VaultCredential
 	// Logger receives the server's own events (a tool's panic, a failed
 	// transport); default: discarded.
 	Logger *slog.Logger
@@ -55,6 +60,11 @@ type Server struct {
 	client *sdk.Client
 	log    *slog.Logger
 	srv    *gomcp.Server
+
+	mu sync.Mutex
+	// attached maps {sandbox id, binding} to the credential vault_attach
+	// bound, for vault_detach.
+	attached map[[2]string]string
 }
 
 // instructions tell the model how the tools fit together.
@@ -63,6 +73,7 @@ Typical flow: sandbox_create (note the returned sandbox_id) -> command_run, file
 A sandbox expires after its timeout (sandbox_renew extends it); everything in it is lost when it is killed or expires.
 Long-running work (servers, builds): command_start, then command_logs. Python/JavaScript/bash state persists between code_run calls.
 A sandbox created with allowed_hosts reaches only those hosts; egress_get shows its policy, egress_allow, egress_deny and egress_remove change it.
+To call an API that needs a credential, never ask for the secret: create the sandbox with credential_proxy, then vault_attach one of the operator's credentials by name to the API's hosts; requests from the sandbox then carry it, and you never see its value.
 Errors come back as tool errors that say what to do next.`
 
 // New returns a server with every tool registered.
@@ -91,6 +102,7 @@ func New(cfg Config) (*Server, error) {
 	s.addFileTools()
 	s.addCodeTools()
 	s.addEgressTools()
+	s.addVaultTools()
 	s.addResources()
 	return s, nil
 }

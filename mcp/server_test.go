@@ -90,6 +90,7 @@ var allTools = []string{
 	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
 	"code_run", "code_context_create", "code_context_list", "code_context_delete",
 	"egress_get", "egress_allow", "egress_deny", "egress_remove",
+	"vault_get", "vault_attach", "vault_detach",
 }
 
 func TestListTools(t *testing.T) {

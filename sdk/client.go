@@ -160,8 +160,14 @@ type CreateOptions struct {
 	// unlimited with NoTimeout. The server rounds it to whole seconds.
 	Timeout time.Duration
 
-	Platform        *api.PlatformSpec
-	NetworkPolicy   *api.NetworkPolicy
+	Platform *api.PlatformSpec
+	// NetworkPolicy restricts where the sandbox may connect; the sandbox
+	// then has an egress API (Sandbox.EgressPolicy).
+	NetworkPolicy *api.NetworkPolicy
+	// CredentialProxy gives the sandbox a credential proxy, which puts
+	// the secrets of its credential vault (Sandbox.Vault) into matching
+	// outbound requests. It needs a NetworkPolicy, and a server that
+	// offers it (one that does not refuses the create with ErrInvalid).
 	CredentialProxy bool
 	SecureAccess    bool
 	Volumes         []api.Volume
@@ -195,6 +201,8 @@ func (o *CreateOptions) request() (*api.CreateSandboxRequest, error) {
 		return nil, fmt.Errorf("create sandbox: a sandbox from pool %s cannot be made from a snapshot", o.Pool)
 	case o.Pool != "" && o.CredentialProxy:
 		return nil, fmt.Errorf("create sandbox: a sandbox from pool %s cannot have the credential proxy", o.Pool)
+	case o.CredentialProxy && o.NetworkPolicy == nil:
+		return nil, fmt.Errorf("create sandbox: the credential proxy needs a network policy")
 	case o.Image != "":
 		req.Image = &api.ImageSpec{URI: o.Image, Auth: o.ImageAuth}
 	case o.SnapshotID == "" && o.Pool == "":

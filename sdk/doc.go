@@ -1,8 +1,8 @@
 // Package sdk is the Go client of OpenSandbox: it creates and manages
 // sandboxes through a lifecycle server and works inside them through
 // their own endpoints — commands with streamed output, bash sessions,
-// terminals, files and whole trees, metrics, code interpreters and the
-// egress policy.
+// terminals, files and whole trees, metrics, code interpreters, the
+// egress policy and the credential vault.
 //
 // A Client talks to one server; configure it in code or from the same
 // OPEN_SANDBOX_* environment variables as the other OpenSandbox SDKs

@@ -27,12 +27,20 @@ func serveMCP(ctx context.Context, o cli.MCPOptions) error {
 	if o.Verbose {
 		level = slog.LevelDebug
 	}
+	var creds map[string]mcp.VaultCredential
+	for name, value := range o.VaultCredentials {
+		if creds == nil {
+			creds = make(map[string]mcp.VaultCredential, len(o.VaultCredentials))
+		}
+		creds[name] = mcp.VaultCredential{Value: value, Hosts: o.VaultHosts[name]}
+	}
 	s, err := mcp.New(mcp.Config{
-		Client:         o.Client,
-		DefaultImage:   o.DefaultImage,
-		DefaultTimeout: o.DefaultTimeout,
-		Version:        o.Version,
-		Logger:         slog.New(slog.NewTextHandler(o.Err, &slog.HandlerOptions{Level: level})),
+		Client:           o.Client,
+		DefaultImage:     o.DefaultImage,
+		DefaultTimeout:   o.DefaultTimeout,
+		VaultCredentials: creds,
+		Version:          o.Version,
+		Logger:           slog.New(slog.NewTextHandler(o.Err, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return err
