@@ -28,6 +28,15 @@ type CredentialSource struct {
 	Value string `json:"value"`
 }
 
+// String hides the value, so that a request printed with fmt (%v, %+v)
+// shows no secret.
+func (s CredentialSource) String() string {
+	return "{" + s.Type + " [redacted]}"
+}
+
+// GoString hides the value from %#v as well.
+func (s CredentialSource) GoString() string { return s.String() }
+
 // CredentialBinding says which outbound requests get which credential.
 type CredentialBinding struct {
 	Name  string          `json:"name"`

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +56,14 @@ func BenchmarkAppendFrame(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = e.AppendFrame(buf[:0])
+	}
+}
+
+func TestCredentialSourceHidesItsValue(t *testing.T) {
+	req := CredentialVaultCreateRequest{Credentials: []Credential{{Name: "k", Source: CredentialSource{Type: "inline", Value: "sk-secret"}}}}
+	for _, f := range []string{"%v", "%+v", "%#v", "%s"} {
+		if got := fmt.Sprintf(f, req); strings.Contains(got, "sk-secret") {
+			t.Errorf("%s prints the value: %s", f, got)
+		}
 	}
 }
