@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/egress/dnsproxy"
+	"github.com/opensandbox/opensandbox/egress/mitm"
 	"github.com/opensandbox/opensandbox/egress/nft"
 	"github.com/opensandbox/opensandbox/egress/proxy"
 )
@@ -119,7 +121,24 @@ func run(ctx context.Context, cfg config) error {
 		defer dns.Close()
 	}
 
+	var ready atomic.Bool
+	readiness := func() error {
+		if !ready.Load() {
+			return errors.New("starting")
+		}
+		return nil
+	}
 	var px *proxy.Proxy
+	vs, err := setupVault(cfg, live, deny, func(ctx context.Context, name string, port uint16) (net.Conn, error) {
+		return px.DialName(ctx, name, port)
+	}, readiness, log)
+	if err != nil {
+		return err
+	}
+	defer vs.close()
+	if vs.interceptor != nil {
+		m.vault(vs.interceptor)
+	}
 	if cfg.Mode == egress.ModeStrict {
 		dialer := &net.Dialer{Control: nft.MarkControl}
 		px, err = proxy.New(proxy.Config{
@@ -134,6 +153,7 @@ func run(ctx context.Context, cfg config) error {
 			}},
 			Dial:        dialer.DialContext,
 			OriginalDst: nft.OriginalDst,
+			Intercept:   vs.intercept,
 			Deny:        deny,
 			Logger:      log,
 		})
@@ -147,21 +167,16 @@ func run(ctx context.Context, cfg config) error {
 		m.proxy(px)
 	}
 
-	var ready atomic.Bool
 	h, err := egress.NewHandler(egress.HandlerConfig{
 		Token:           cfg.Token,
 		EnforcementMode: cfg.Mode,
 		MaxRules:        cfg.MaxRules,
 		Store:           store,
 		Apply:           apply,
-		Ready: func() error {
-			if !ready.Load() {
-				return errors.New("starting")
-			}
-			return nil
-		},
+		Ready:   readiness,
 		Denials: denials,
 		Logger:  log,
+		Vault:   vs.handler,
 	}, live)
 	if err != nil {
 		return err
@@ -170,11 +185,12 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("egress API: %w", err)
 	}
-	srv := &http.Server{Handler: withMetrics(h, m.handler(), cfg.Token), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: withExtras(h, m.handler(), vs, cfg.Token), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready.Store(true)
-	log.Info("enforcing", "mode", cfg.Mode, "policy", policy.Mode(), "rules", len(policy.Egress), "upstreams", upstreams, "version", version)
+	log.Info("enforcing", "mode", cfg.Mode, "policy", policy.Mode(), "rules", len(policy.Egress), "upstreams", upstreams,
+		"credential_proxy", vs.interceptor != nil, "vault", vs.live.Load() != nil, "version", version)
 
 	select {
 	case <-ctx.Done():
@@ -289,11 +305,34 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// withMetrics serves /metrics (also under the API's /proxy/18080 prefix)
-// beside the egress API, with the same token.
-func withMetrics(apiHandler, metrics http.Handler, token string) http.Handler {
+// vault adds the credential proxy's counters.
+func (m *metrics) vault(ic *mitm.Interceptor) {
+	for _, c := range []struct {
+		name, help string
+		get        func(mitm.Stats) uint64
+	}{
+		{"osb_egress_vault_connections_total", "Connections the credential proxy intercepted.", func(s mitm.Stats) uint64 { return s.Connections }},
+		{"osb_egress_vault_requests_total", "Requests on intercepted connections.", func(s mitm.Stats) uint64 { return s.Requests }},
+		{"osb_egress_vault_injected_total", "Requests a binding's credential was added to.", func(s mitm.Stats) uint64 { return s.Injected }},
+		{"osb_egress_vault_refused_total", "Requests refused (Host not the SNI, an ambiguous binding).", func(s mitm.Stats) uint64 { return s.Refused }},
+		{"osb_egress_vault_upstream_errors_total", "Requests whose upstream failed (unreachable, certificate not trusted).", func(s mitm.Stats) uint64 { return s.UpstreamErrors }},
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(c.get(ic.Stats())) }))
+	}
+}
+
+// withExtras serves /metrics and the credential proxy's CA (also under
+// the API's /proxy/18080 prefix) beside the egress API, with the same
+// token.
+func withExtras(apiHandler, metrics http.Handler, vs *vaultSetup, token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" && r.URL.Path != egress.ProxyPrefix+"/metrics" {
+		path := strings.TrimPrefix(r.URL.Path, egress.ProxyPrefix)
+		if path == caRoute && r.Method == http.MethodGet {
+			vs.serveCA(w, r, token)
+			return
+		}
+		if path != "/metrics" {
 			apiHandler.ServeHTTP(w, r)
 			return
 		}
