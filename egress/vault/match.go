@@ -176,38 +176,58 @@ func normalisePath(escaped string) (decoded, send string, err error) {
 	if escaped[0] != '/' {
 		return "", "", errPath("the path does not start with /")
 	}
+	// One pass decides the common case: no escapes, nothing to clean
+	// (no "//", no segment starting with '.'), only path characters.
+	hasEscape, valid, dirty := false, true, false
+	for i := 0; i < len(escaped); i++ {
+		c := escaped[i]
+		switch {
+		case c == '%':
+			hasEscape = true
+		case c == '\\' || c == 0:
+			return "", "", errPath("the path holds a backslash or a NUL")
+		case c == '/' && i+1 < len(escaped) && (escaped[i+1] == '/' || escaped[i+1] == '.'):
+			dirty = true
+		}
+		valid = valid && pathChars[c]
+	}
+	if !hasEscape && !dirty && valid {
+		return escaped, escaped, nil
+	}
 	decoded = escaped
-	hasEscape := strings.IndexByte(escaped, '%') >= 0
 	if hasEscape {
 		decoded, err = url.PathUnescape(escaped)
 		if err != nil {
 			return "", "", errPath("the path has a malformed escape")
 		}
-	}
-	if strings.ContainsAny(decoded, "\\\x00") {
-		return "", "", errPath("the path holds a backslash or a NUL")
+		if strings.ContainsAny(decoded, "\\\x00") {
+			return "", "", errPath("the path holds a backslash or a NUL")
+		}
 	}
 	clean := cleanPath(decoded)
-	if clean == decoded && validEscaped(escaped) && !(hasEscape && hasEscapedSlash(escaped)) {
+	if clean == decoded && valid && !(hasEscape && hasEscapedSlash(escaped)) {
 		return clean, escaped, nil
 	}
 	return clean, (&url.URL{Path: clean}).EscapedPath(), nil
 }
 
-// validEscaped reports whether s has only the characters a path may
-// carry unescaped (RFC 3986 pchar and '/') and '%'.
-func validEscaped(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("-._~!$&'()*+,;=:@/%", c) >= 0:
-		default:
-			return false
-		}
+// pathChars are the bytes a path may carry unescaped (RFC 3986 pchar and
+// '/'), and '%'.
+var pathChars = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
 	}
-	return true
-}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range []byte("-._~!$&'()*+,;=:@/%") {
+		t[c] = true
+	}
+	return t
+}()
 
 // hasEscapedSlash reports whether s holds "%2f" in either case.
 func hasEscapedSlash(s string) bool {
@@ -420,16 +440,18 @@ func (v *Vault) eachCandidate(host string, fn func(*binding) bool) {
 	if len(v.wild) == 0 {
 		return
 	}
+	// A wildcard's suffix has at least two labels: the walk stops at the
+	// last one.
 	for i := strings.IndexByte(host, '.'); i >= 0; {
 		suffix := host[i+1:]
+		j := strings.IndexByte(suffix, '.')
+		if j < 0 {
+			return
+		}
 		for _, b := range v.wild[suffix] {
 			if !fn(b) {
 				return
 			}
-		}
-		j := strings.IndexByte(suffix, '.')
-		if j < 0 {
-			return
 		}
 		i += j + 1
 	}
