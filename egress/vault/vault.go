@@ -81,7 +81,9 @@ type credential struct {
 
 // Vault is one revision of a credential vault: its credentials, and its
 // bindings compiled for matching. It never changes after it is made and
-// is safe for concurrent use. A nil *Vault has no bindings.
+// is safe for concurrent use. A nil *Vault is an egress.Binder that binds
+// nothing (Intercepts, HostBound, Bind, Secrets and CheckHosts accept
+// it); its other methods need a vault.
 type Vault struct {
 	revision int64
 	creds    map[string]credential
