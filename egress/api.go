@@ -67,6 +67,18 @@ type HandlerConfig struct {
 	// Logger receives one line per policy change and every 5xx. Nil
 	// discards.
 	Logger *slog.Logger
+	// Vault, when set, serves the credential vault's routes
+	// (/credential-vault and below it, at the root and under
+	// ProxyPrefix) and does its own authentication. Nil answers 412 on
+	// every vault route, after the token check: the sandbox has no
+	// credential proxy.
+	Vault http.Handler
+	// CheckPolicy, when set, is asked about every policy change before it
+	// is persisted, with the matcher the new policy would have; an error
+	// refuses the change with 400 "credential vault policy validation:
+	// ...". The credential vault uses it to keep every binding host
+	// allowed.
+	CheckPolicy func(*Matcher) error
 }
 
 // DefaultHandlerConfig returns the defaults: strict enforcement, the
@@ -86,6 +98,8 @@ func DefaultHandlerConfig() HandlerConfig {
 //	GET    /denials  the most recent refused attempts, oldest first, as a JSON
 //	                 list of Denial; the header X-Denials-Total counts all of
 //	                 them. An extension of this implementation, for diagnostics.
+//	*      /credential-vault, /credential-vault/...
+//	                 the credential vault, served by HandlerConfig.Vault
 //
 // Every route but /healthz needs the OPENSANDBOX-EGRESS-AUTH header.
 // Errors are text/plain. Changes are serialized and applied in order:
@@ -133,6 +147,18 @@ func (h *Handler) routes(prefix string) {
 	h.mux.Handle("DELETE "+prefix+"/policy", h.auth(h.deletePolicy))
 	h.mux.Handle("GET "+prefix+"/denials", h.auth(h.getDenials))
 	h.mux.Handle("GET "+prefix+"/healthz", http.HandlerFunc(h.healthz))
+	vault := h.cfg.Vault
+	if vault == nil {
+		vault = h.auth(noVault)
+	}
+	h.mux.Handle(prefix+"/credential-vault", vault)
+	h.mux.Handle(prefix+"/credential-vault/", vault)
+}
+
+// noVault answers the vault's routes in a sandbox without a credential
+// proxy.
+func noVault(http.ResponseWriter, *http.Request) error {
+	return &httpError{http.StatusPreconditionFailed, "the credential proxy is not enabled for this sandbox"}
 }
 
 // ServeHTTP serves the API.
@@ -304,6 +330,11 @@ func (h *Handler) change(r *http.Request, edit func(cur Policy) (Policy, error))
 	m, err := cur.WithPolicy(next)
 	if err != nil {
 		return err // a target the parser accepted but the matcher refuses: ErrInvalid, 400
+	}
+	if h.cfg.CheckPolicy != nil {
+		if err := h.cfg.CheckPolicy(m); err != nil {
+			return invalid("credential vault policy validation: %v", err)
+		}
 	}
 	if h.cfg.Store != nil {
 		if err := h.cfg.Store.Save(next); err != nil {

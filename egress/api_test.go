@@ -486,3 +486,59 @@ func TestAPIConcurrent(t *testing.T) {
 		}
 	}
 }
+
+func TestAPIVaultRoutes(t *testing.T) {
+	// Without a vault handler every vault route answers 412, after the
+	// token check.
+	f := newAPIFixture(t, DenyAll(), nil)
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/credential-vault"}, {"POST", "/credential-vault"}, {"DELETE", ProxyPrefix + "/credential-vault"},
+		{"GET", "/credential-vault/bindings/x"}, {"PATCH", ProxyPrefix + "/credential-vault"},
+	} {
+		f.wantError(t, c.method, c.path, "{}", http.StatusPreconditionFailed, "the credential proxy is not enabled for this sandbox")
+		if code, _, _ := f.do(t, c.method, c.path, "", api.HeaderEgressAuth, "wrong"); code != http.StatusUnauthorized {
+			t.Errorf("%s %s with a wrong token = %d, want 401", c.method, c.path, code)
+		}
+	}
+	// With one, the vault routes (both prefixes) go to it, with their
+	// path and method; the others stay.
+	var seen []string
+	vault := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		w.WriteHeader(http.StatusTeapot)
+	})
+	g := newAPIFixture(t, DenyAll(), func(c *HandlerConfig) { c.Vault = vault })
+	for _, p := range []string{"/credential-vault", "/credential-vault/credentials/a", ProxyPrefix + "/credential-vault", ProxyPrefix + "/credential-vault/_active"} {
+		if code, _, _ := g.do(t, "PATCH", p, ""); code != http.StatusTeapot {
+			t.Errorf("PATCH %s = %d, want the vault handler's 418", p, code)
+		}
+	}
+	if want := []string{"PATCH /credential-vault", "PATCH /credential-vault/credentials/a", "PATCH " + ProxyPrefix + "/credential-vault", "PATCH " + ProxyPrefix + "/credential-vault/_active"}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("vault handler saw %q, want %q", seen, want)
+	}
+	g.status(t, "GET", "/policy", "")
+}
+
+func TestAPICheckPolicy(t *testing.T) {
+	var asked []Policy
+	f := newAPIFixture(t, DenyAll(), func(c *HandlerConfig) {
+		c.CheckPolicy = func(m *Matcher) error {
+			asked = append(asked, m.Policy())
+			return m.BindingHostAllowed("api.bound.test")
+		}
+	})
+	f.status(t, "PATCH", "/policy", `[{"action":"allow","target":"api.bound.test"}]`)
+	f.wantError(t, "DELETE", "/policy", `["api.bound.test"]`, http.StatusBadRequest,
+		`credential vault policy validation: host "api.bound.test": the egress policy has no rules`)
+	f.wantError(t, "PATCH", "/policy", `[{"action":"deny","target":"api.bound.test"}]`, http.StatusBadRequest, "not covered by an explicit allow rule")
+	f.wantError(t, "PATCH", "/policy", `[{"action":"deny","target":"*.bound.test"}]`, http.StatusBadRequest, "the egress policy denies it")
+	if !f.live.Name("api.bound.test") {
+		t.Error("a refused change was put in force")
+	}
+	if p, ok, _ := f.store.Load(); !ok || len(p.Egress) != 1 || p.Egress[0].Action != ActionAllow {
+		t.Errorf("a refused change was persisted: %+v", p)
+	}
+	if len(asked) != 4 {
+		t.Errorf("CheckPolicy asked %d times, want 4", len(asked))
+	}
+}

@@ -169,23 +169,91 @@ func (m *Matcher) Name(name string) bool {
 		return false // no name, or an address in disguise ("127.1")
 	}
 	best, found := m.exact[name]
-	if len(m.wild) > 0 {
-		for i := strings.IndexByte(name, '.'); i >= 0; {
-			suffix := name[i+1:]
-			if r, ok := m.wild[suffix]; ok && (!found || r.index < best.index) {
-				best, found = r, true
-			}
-			j := strings.IndexByte(suffix, '.')
-			if j < 0 {
-				break
-			}
-			i += j + 1
-		}
+	if r, ok := m.wildAbove(name); ok && (!found || r.index < best.index) {
+		best, found = r, true
 	}
 	if found {
 		return best.allow
 	}
 	return m.allow
+}
+
+// wildAbove returns the earliest wildcard rule that covers name: a rule
+// "*.s" for a suffix s of name below its first label.
+func (m *Matcher) wildAbove(name string) (best ruleRef, found bool) {
+	if len(m.wild) == 0 {
+		return best, false
+	}
+	for i := strings.IndexByte(name, '.'); i >= 0; {
+		suffix := name[i+1:]
+		if r, ok := m.wild[suffix]; ok && (!found || r.index < best.index) {
+			best, found = r, true
+		}
+		j := strings.IndexByte(suffix, '.')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return best, found
+}
+
+// BindingHostAllowed reports why a credential binding may not name host,
+// or nil when it may. host is a binding's host: a lower-case name, or a
+// wildcard "*.suffix" that stands for every name below suffix. A binding
+// host must be covered by an explicit allow rule of the user policy (an
+// exact host by a rule for itself or by a wildcard above it; a wildcard
+// host only by a wildcard rule for its suffix or above it), and the
+// policy, overlay included, must decide allow for it: for a wildcard
+// host, the decision its names get from the wildcard rules (an exact or
+// deeper rule below it may still deny some of them). A policy with no
+// rules allows no binding. The error does not wrap ErrInvalid; the
+// credential vault wraps it with the binding it is about.
+func (m *Matcher) BindingHostAllowed(host string) error {
+	name, wildcard := strings.CutPrefix(host, "*.")
+	if err := checkName(name); err != nil {
+		return fmt.Errorf("host %q: %v", host, err)
+	}
+	if len(m.policy.Egress) == 0 {
+		return fmt.Errorf("host %q: the egress policy has no rules; a binding needs an explicit allow rule for its host", host)
+	}
+	covered := false
+	for _, r := range m.policy.Egress {
+		if r.Action != ActionAllow {
+			continue
+		}
+		suffix, isWild := strings.CutPrefix(r.Target, "*.")
+		switch {
+		case isWild && (strings.HasSuffix(name, "."+suffix) || wildcard && name == suffix):
+			covered = true
+		case !isWild && !wildcard && r.Target == name:
+			covered = true
+		}
+		if covered {
+			break
+		}
+	}
+	if !covered {
+		want := "an allow rule for " + name + " or a wildcard above it"
+		if wildcard {
+			want = "an allow rule *." + name + " or a wildcard above it"
+		}
+		return fmt.Errorf("host %q is not covered by an explicit allow rule of the egress policy (want %s)", host, want)
+	}
+	allowed := m.Name(name)
+	if wildcard {
+		// The wildcard rules for name itself and above it decide for
+		// every name below it; with none, the default action.
+		best, found := m.wildAbove("x." + name)
+		allowed = m.allow
+		if found {
+			allowed = best.allow
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("host %q: the egress policy denies it", host)
+	}
+	return nil
 }
 
 // Resolved reports whether an address an allowed name resolved to may be

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -314,4 +315,52 @@ func BenchmarkMatcher(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestBindingHostAllowed(t *testing.T) {
+	m := mustMatcher(t, Overlay{Deny: []string{"evil.example.test", "*.banned.test"}, Allow: []string{"otel.test", "*.mirror.test"}},
+		Policy{DefaultAction: ActionDeny, Egress: rules(
+			"deny", "blocked.example.test",
+			"deny", "*.private.example.test",
+			"allow", "api.github.test",
+			"allow", "*.example.test",
+			"allow", "*.banned.test",
+			"deny", "*.closed.test",
+			"allow", "*.closed.test",
+			"allow", "*.sub.closed.test",
+		)})
+	for _, c := range []struct {
+		host string
+		want string // "" allowed, else in the error
+	}{
+		{"api.github.test", ""},
+		{"a.example.test", ""},
+		{"a.b.example.test", ""},
+		{"*.example.test", ""},
+		{"*.a.example.test", ""},
+		{"example.test", "not covered by an explicit allow rule"}, // the apex of a wildcard rule
+		{"uploads.github.test", "not covered by an explicit allow rule"},
+		{"*.github.test", "not covered by an explicit allow rule"},     // an exact rule covers no wildcard
+		{"*.api.github.test", "not covered by an explicit allow rule"}, // nor the names below it
+		{"otel.test", "not covered by an explicit allow rule"},         // the overlay is not the user's rule
+		{"x.mirror.test", "not covered by an explicit allow rule"},
+		{"blocked.example.test", "the egress policy denies it"},
+		{"x.private.example.test", "the egress policy denies it"},
+		{"*.private.example.test", "the egress policy denies it"},
+		{"evil.example.test", "the egress policy denies it"}, // the overlay denies
+		{"x.banned.test", "the egress policy denies it"},
+		{"*.banned.test", "the egress policy denies it"},
+		{"*.closed.test", "the egress policy denies it"}, // an earlier deny for the same wildcard
+		{"*.sub.closed.test", "the egress policy denies it"},
+		{"a..test", "empty label"},
+	} {
+		err := m.BindingHostAllowed(c.host)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("BindingHostAllowed(%q) = %v, want %q", c.host, err, c.want)
+		}
+	}
+	empty := mustMatcher(t, Overlay{}, Policy{DefaultAction: ActionAllow})
+	if err := empty.BindingHostAllowed("api.github.test"); err == nil || !strings.Contains(err.Error(), "no rules") {
+		t.Errorf("BindingHostAllowed with no rules = %v", err)
+	}
 }

@@ -336,6 +336,12 @@ func parseTarget(raw string) (target, error) {
 	return target{kind: kind, name: name}, nil
 }
 
+// CheckHostName checks the syntax of a host name as a rule target's name
+// is checked (see checkName): name must already be in lower case without
+// a trailing dot, and a wildcard's suffix is checked without its "*.".
+// The error says what is wrong; it does not wrap ErrInvalid.
+func CheckHostName(name string) error { return checkName(name) }
+
 // checkName checks the syntax of a lower-case host name without a
 // trailing dot: labels of 1 to 63 letters, digits, '-' and '_' (not
 // starting or ending with '-'), at most 253 bytes, and a last label that
