@@ -177,6 +177,14 @@ func run(ctx context.Context, cfg config) error {
 		Denials: denials,
 		Logger:  log,
 		Vault:   vs.handler,
+		// A policy change may not take away a bound host: the binding
+		// would stop working without anyone being told.
+		CheckPolicy: func(m *egress.Matcher) error {
+			if v := vs.live.Load(); v != nil {
+				return v.CheckHosts(m.BindingHostAllowed)
+			}
+			return nil
+		},
 	}, live)
 	if err != nil {
 		return err
