@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
@@ -395,11 +396,31 @@ func TestAttackVault(t *testing.T) {
 	})
 
 	attack(t, "vault: the sandbox holds no secret and no CA key (files, environment, command lines, memory)", func(t *testing.T) string {
+		// Control: the same search finds what the test put there itself,
+		// in a file, an environment and a command line.
+		marker := secretValue("control-")
+		c.upload(map[string][]byte{"/tmp/control": []byte(marker)}, nil)
+		c.stream("/command", api.RunCommandRequest{Command: "sleep 60; : " + marker, Background: true, Envs: map[string]string{"M": marker}})
+		testwait.Until(t, "the control process", func() bool {
+			return strings.Contains(c.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout, marker)
+		}, func() string { return c.run("ps; cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout })
+		if got := scanContainer(t, "osb-"+id, []string{marker}); len(got) < 3 {
+			t.Fatalf("the search found the control marker in %v only; it cannot be trusted (processes %v)", got, containerPIDs(t, "osb-"+id))
+		}
 		found := scanContainer(t, "osb-"+id, append(secrets, "BEGIN PRIVATE KEY-----", "BEGIN EC PRIVATE KEY-----"))
 		if len(found) > 0 {
 			t.Errorf("found: %v", found)
 		}
-		return fmt.Sprintf("%d places hold a secret", len(found))
+		return fmt.Sprintf("%d places hold a secret (the control marker was found)", len(found))
+	})
+	attack(t, "vault: no secret in the server's or osb-egress's logs", func(t *testing.T) string {
+		logs := s.logs.String() + docker(t, "logs", "osb-"+id+"-egress")
+		for _, sec := range secrets {
+			if strings.Contains(logs, sec) {
+				t.Errorf("a secret in the logs")
+			}
+		}
+		return fmt.Sprintf("%d bytes of logs searched", len(logs))
 	})
 
 	t.Run("a killed osb-egress comes back with the vault", func(t *testing.T) {
@@ -484,7 +505,7 @@ func TestAttackVault(t *testing.T) {
 		if code, body := s.egress(noProxy).do("POST", "/credential-vault", vault); code != 412 {
 			t.Errorf("a sandbox without credentialProxy: %d %s", code, body)
 		}
-		if code, body := plainWriteFromBridge(t, network, "osb-"+id+"-egress", eg.token, vault); code != 426 {
+		if code, body := plainWriteFromElsewhere(t, n.sn, "osb-"+id+"-egress", eg.token, vault); code != 426 {
 			t.Errorf("a write over plain HTTP from another address of the network: %d %s", code, body)
 		}
 	})
@@ -518,37 +539,26 @@ func vaultDenials(t *testing.T, eg *egressAPI) []struct{ Name, Reason string } {
 	return out
 }
 
-// plainWriteFromBridge sends a vault write to the egress container over
-// plain HTTP from an address of the host on the network's bridge that is
-// not its gateway: a peer that is neither loopback nor trusted.
-func plainWriteFromBridge(t *testing.T, network, egressName, token, body string) (int, string) {
+// plainWriteFromElsewhere sends a vault write to the egress container's
+// own address over plain HTTP from the test's internet namespace: a peer
+// that is neither loopback nor the network's gateway (a connection from
+// this host would be translated to the gateway's address). The engine
+// forwards it because the egress API's port is published.
+func plainWriteFromElsewhere(t *testing.T, sn *standin.Net, egressName, token, body string) (int, string) {
 	t.Helper()
-	id := strings.TrimSpace(docker(t, "network", "inspect", "-f", "{{.Id}}", network))
-	bridge := "br-" + id[:12]
 	ip := strings.TrimSpace(docker(t, "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", egressName))
-	target := netip.MustParseAddr(ip)
-	subnet := netip.MustParsePrefix(strings.TrimSpace(docker(t, "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", network)))
-	// The last address of the subnet but one: not the gateway, and not
-	// given to a container this early.
-	b := subnet.Masked().Addr().As4()
-	bits := subnet.Bits()
-	last := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | (1<<(32-bits) - 2)
-	src := netip.AddrFrom4([4]byte{byte(last >> 24), byte(last >> 16), byte(last >> 8), byte(last)})
-	if out, err := exec.Command("ip", "addr", "add", src.String()+"/32", "dev", bridge).CombinedOutput(); err != nil {
-		t.Fatalf("add %s to %s: %v %s", src, bridge, err, out)
-	}
-	defer exec.Command("ip", "addr", "del", src.String()+"/32", "dev", bridge).Run()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: 5 * time.Second}
-	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 10 * time.Second}
-	req, _ := http.NewRequest("POST", "http://"+netip.AddrPortFrom(target, 18080).String()+"/credential-vault", strings.NewReader(body))
+	client := &http.Client{Transport: &http.Transport{DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+		return sn.Dial(network, addr)
+	}}, Timeout: 20 * time.Second}
+	req, _ := http.NewRequest("POST", "http://"+net.JoinHostPort(ip, "18080")+"/credential-vault", strings.NewReader(body))
 	req.Header.Set(api.HeaderEgressAuth, token)
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("write from %s: %v", src, err)
+		t.Fatalf("write from the test's internet: %v", err)
 	}
 	defer resp.Body.Close()
-	b2, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b2)
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // scanContainer looks, from the host, for any of needles in the files of
@@ -557,7 +567,9 @@ func plainWriteFromBridge(t *testing.T, network, egressName, token, body string)
 func scanContainer(t *testing.T, name string, needles []string) []string {
 	t.Helper()
 	pid := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Pid}}", name))
-	found := scanTree("/proc/"+pid+"/root", needles)
+	// The trailing slash: WalkDir does not follow the root when it is a
+	// link, and /proc/PID/root is one.
+	found := scanTree("/proc/"+pid+"/root/", needles)
 	for _, p := range containerPIDs(t, name) {
 		for _, f := range []string{"environ", "cmdline"} {
 			if data, err := os.ReadFile("/proc/" + p + "/" + f); err == nil {
@@ -594,7 +606,7 @@ func scanTree(root string, needles []string) []string {
 		if err != nil {
 			return nil
 		}
-		rel := strings.TrimPrefix(path, root)
+		rel := "/" + strings.TrimPrefix(strings.TrimPrefix(path, root), "/")
 		if d.IsDir() && (rel == "/proc" || rel == "/sys" || rel == "/dev") {
 			return filepath.SkipDir
 		}

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
@@ -241,6 +242,18 @@ func (n *Net) inside(f func() error) error {
 		done <- err
 	}()
 	return <-done
+}
+
+// Dial connects to addr from inside the namespace: the connection's
+// source is one of the namespace's addresses, which the host routes
+// without translating.
+func (n *Net) Dial(network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.inside(func() (err error) {
+		c, err = net.DialTimeout(network, addr, 10*time.Second)
+		return err
+	})
+	return c, err
 }
 
 // Listen opens a TCP listener at addr inside the namespace, closed when
