@@ -140,49 +140,13 @@ func TestJSSDKEgress(t *testing.T) {
 	testenv.MustHaveImage(t, egressImage)
 	s := startServer(t, serverOptions{extra: "[egress]\ndns_upstreams = [\"127.0.0.1\"]"})
 
-	script, err := filepath.Abs(filepath.Join(jssdkTestdata, "egress.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The sandbox and osb-egress beside it are two starts; the SDK waits
-	// for both, the test for the SDK and its other calls.
-	ready := testwait.TimeoutN(2)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*ready+2*time.Minute)
-	defer cancel()
-	// Node resolves the SDK from the script's directory upwards, or from
-	// NODE_PATH for a script elsewhere; an ES module ignores NODE_PATH, so
-	// the script runs from a copy inside the install.
-	runDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(runDir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(runDir, "egress.mjs"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(runDir, "egress.mjs"))
-	cmd.Dir = runDir
-	cmd.Env = append(os.Environ(),
-		"OSB_DOMAIN="+s.listen, "OSB_API_KEY="+s.key, "OSB_IMAGE="+busyboxImage,
-		"OSB_READY_SECONDS="+strconv.Itoa(int(ready/time.Second)),
-		"OPEN_SANDBOX_DOMAIN=", "OPEN_SANDBOX_API_KEY=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node egress.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	line := runJSScript(t, dir, s, "egress.mjs")
 	var sum jssdkSummary
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
-		t.Fatalf("summary: %v in\n%s\nstderr:\n%s", err, out, stderr.String())
+	if err := json.Unmarshal([]byte(line), &sum); err != nil {
+		t.Fatalf("summary: %v in %s", err, line)
 	}
-	t.Logf("summary: %s", lines[len(lines)-1])
 	if sum.Error != "" {
-		t.Fatalf("the SDK failed (HTTP %d, %v):\n%s\nstderr:\n%s", sum.ErrorStatus, sum.ErrorDetail, sum.Error, stderr.String())
+		t.Fatalf("the SDK failed (HTTP %d, %v):\n%s", sum.ErrorStatus, sum.ErrorDetail, sum.Error)
 	}
 
 	if sum.State != "Running" {
@@ -209,4 +173,100 @@ func wantJSPolicy(t *testing.T, when string, got api.NetworkPolicy, want []api.N
 	if got.DefaultAction != "deny" || !slices.Equal(got.Egress, want) {
 		t.Errorf("policy %s: %+v; want default deny, rules %v", when, got, want)
 	}
+}
+
+// runJSScript runs testdata/jssdk/NAME with node against server s and
+// returns the last line it printed (its summary). env adds variables.
+func runJSScript(t *testing.T, dir string, s *server, name string, env ...string) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join(jssdkTestdata, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox and osb-egress beside it are two starts; the SDK waits
+	// for both, the test for the SDK and its other calls.
+	ready := testwait.TimeoutN(2)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*ready+2*time.Minute)
+	defer cancel()
+	// Node resolves the SDK from the script's directory upwards, or from
+	// NODE_PATH for a script elsewhere; an ES module ignores NODE_PATH, so
+	// the script runs from a copy inside the install.
+	runDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(runDir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, name), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(runDir, name))
+	cmd.Dir = runDir
+	cmd.Env = append(append(os.Environ(),
+		"OSB_DOMAIN="+s.listen, "OSB_API_KEY="+s.key, "OSB_IMAGE="+busyboxImage,
+		"OSB_READY_SECONDS="+strconv.Itoa(int(ready/time.Second)),
+		"OPEN_SANDBOX_DOMAIN=", "OPEN_SANDBOX_API_KEY="), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", name, err, out, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("summary: %s", lines[len(lines)-1])
+	return lines[len(lines)-1]
+}
+
+// TestJSSDKVault: the published JavaScript SDK's credential vault calls,
+// unchanged, against a sandbox created through it with credentialProxy:
+// create, the 409 of a second create, get, the credential and binding
+// lists and items (404 for a missing one), a stale revision (409), an
+// invalid binding (400), a patch at the current revision, delete (then
+// 404). The credential's value never comes back.
+func TestJSSDKVault(t *testing.T) {
+	dir := jssdk(t)
+	testenv.MustHaveImage(t, egressImage)
+	s := startServer(t, serverOptions{extra: "[egress]\ndns_upstreams = [\"127.0.0.1\"]"})
+	secret := "sk-jssdk-" + randomHex(12)
+	line := runJSScript(t, dir, s, "vault.mjs", "OSB_SECRET="+secret)
+	if strings.Contains(line, secret) {
+		t.Fatal("the credential's value came back through the SDK")
+	}
+	var sum struct {
+		ID                                                 string
+		Created, Got, Patched                              api.CredentialVaultState
+		Credentials                                        []api.CredentialMetadata
+		Credential                                         api.CredentialMetadata
+		Bindings                                           []api.CredentialBindingMetadata
+		Binding                                            api.CredentialBindingMetadata
+		SecondCreate, Missing, Stale, Invalid, AfterDelete int
+		Error                                              string
+		ErrorStatus                                        int
+	}
+	if err := json.Unmarshal([]byte(line), &sum); err != nil {
+		t.Fatalf("summary: %v in %s", err, line)
+	}
+	if sum.Error != "" {
+		t.Fatalf("the SDK failed (HTTP %d): %s", sum.ErrorStatus, sum.Error)
+	}
+	if sum.Created.Revision != 1 || len(sum.Created.Bindings) != 1 || sum.Created.Bindings[0].Auth.Type != "bearer" ||
+		!slices.Equal(sum.Created.Bindings[0].Match.Ports, []int{443}) {
+		t.Errorf("create answered %+v", sum.Created)
+	}
+	if len(sum.Credentials) != 1 || sum.Credential.Name != "key" || sum.Credential.SourceType != "inline" ||
+		len(sum.Bindings) != 1 || sum.Binding.Name != "models" {
+		t.Errorf("lists %+v %+v, items %+v %+v", sum.Credentials, sum.Bindings, sum.Credential, sum.Binding)
+	}
+	if sum.Patched.Revision != 2 || len(sum.Patched.Bindings) != 2 {
+		t.Errorf("patch answered %+v", sum.Patched)
+	}
+	for name, got := range map[string][2]int{"second create": {sum.SecondCreate, 409}, "missing binding": {sum.Missing, 404},
+		"stale revision": {sum.Stale, 409}, "invalid binding": {sum.Invalid, 400}, "get after delete": {sum.AfterDelete, 404}} {
+		if got[0] != got[1] {
+			t.Errorf("%s: HTTP %d, want %d", name, got[0], got[1])
+		}
+	}
+	s.waitGone(sum.ID)
 }
