@@ -15,7 +15,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +30,8 @@ import (
 
 // TestVaultOnCluster: a pod sandbox created with credentialProxy trusts
 // its proxy's CA (the files from the sidecar's volume, the environment
-// that names them), and a request it sends without a key reaches the
+// that names them: Python verifies the proxy's certificate with them),
+// and a request it sends without a key reaches the
 // provider (HTTPS on the node's address, port 443, with a certificate of
 // the test's own CA, which osb-egress trusts as an upstream root) with
 // the vault's key; the sandbox's Secret holds the sealing key.
@@ -68,12 +68,14 @@ func TestVaultOnCluster(t *testing.T) {
 	cfg := env.config("vault-" + randomSuffix())
 	cfg.Egress.DNSUpstreams = []string{upstream.addr}
 	cfg.Egress.UpstreamCAFile = caFile
-	cfg.Egress.VaultPlainPeers = []string{sourceTowardsPods(t, env)}
+	cfg.Egress.VaultPlainPeers = []string{sourceTowardsPods(t, env, env.runtime(t, env.config("vault-probe-"+randomSuffix())))}
 	rt := env.runtime(t, cfg)
 	ctx := context.Background()
 
 	id := sandbox.NewID()
-	spec := sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "100000"}, CredentialProxy: true,
+	// Python's ssl verifies against SSL_CERT_FILE: the request below also
+	// shows that the sandbox trusts its proxy's CA.
+	spec := sandbox.Spec{Image: "docker.io/opensandbox/python:3.11", Entrypoint: []string{"sleep", "100000"}, CredentialProxy: true,
 		NetworkPolicy: []byte(fmt.Sprintf(`{"defaultAction":"deny","egress":[{"action":"allow","target":"provider.test"},{"action":"allow","target":%q}]}`, node))}
 	if _, err := rt.Create(ctx, id, spec); err != nil {
 		t.Fatal(err)
@@ -115,7 +117,7 @@ func TestVaultOnCluster(t *testing.T) {
 		t.Fatalf("POST /credential-vault: %s %s", resp.Status, answer)
 	}
 
-	out := output(runCommand(t, execd, "timeout 20 wget -q -O - https://provider.test/v1/models 2>&1; echo exit=$?"))
+	out := output(runCommand(t, execd, `timeout 20 python3 -c 'import urllib.request; print(urllib.request.urlopen("https://provider.test/v1/models").read().decode())' 2>&1; echo exit=$?`))
 	mu.Lock()
 	got := append([]string(nil), auths...)
 	mu.Unlock()
@@ -129,17 +131,23 @@ func TestVaultOnCluster(t *testing.T) {
 }
 
 // sourceTowardsPods is the address this machine sends from to the
-// cluster's pods: the peer osb-egress sees for the test's vault writes.
-func sourceTowardsPods(t *testing.T, env *testEnv) string {
+// cluster's pods: the peer osb-egress sees for the test's vault writes. A
+// first sandbox shows where pods are.
+func sourceTowardsPods(t *testing.T, env *testEnv, rt *Runtime) string {
 	t.Helper()
-	nodes, err := env.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(nodes.Items) == 0 || nodes.Items[0].Spec.PodCIDR == "" {
-		t.Fatalf("the node's pod range: %v", err)
+	ctx := context.Background()
+	id := sandbox.NewID()
+	if _, err := rt.Create(ctx, id, sandbox.Spec{Image: testImage, Entrypoint: []string{"sleep", "100000"}}); err != nil {
+		t.Fatal(err)
 	}
-	pf := netip.MustParsePrefix(nodes.Items[0].Spec.PodCIDR)
-	probe := pf.Addr().Next().Next()
+	defer rt.Delete(ctx, id)
+	waitState(t, rt, id, sandbox.StateRunning)
+	pod, err := env.cs.CoreV1().Pods(env.ns).Get(ctx, podName(id), metav1.GetOptions{})
+	if err != nil || pod.Status.PodIP == "" {
+		t.Fatalf("the first sandbox's pod address: %v", err)
+	}
 	// A UDP "connection" sends nothing; it asks the kernel for the route.
-	c, err := net.Dial("udp", net.JoinHostPort(probe.String(), "9"))
+	c, err := net.Dial("udp", net.JoinHostPort(pod.Status.PodIP, "9"))
 	if err != nil {
 		t.Fatal(err)
 	}
