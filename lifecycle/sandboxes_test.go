@@ -577,10 +577,10 @@ func TestCreateNetworkPolicy(t *testing.T) {
 		t.Fatalf("empty policy: %s", got)
 	}
 	for name, body := range map[string]string{
-		"bad action":       img(`,"networkPolicy":{"egress":[{"action":"block","target":"a.test"}]}`),
-		"bad target":       img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a..test"}]}`),
-		"blank target":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":" "}]}`),
-		"over the cap":     img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a.test"},{"action":"allow","target":"b.test"},{"action":"allow","target":"c.test"}]}`),
+		"bad action":   img(`,"networkPolicy":{"egress":[{"action":"block","target":"a.test"}]}`),
+		"bad target":   img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a..test"}]}`),
+		"blank target": img(`,"networkPolicy":{"egress":[{"action":"allow","target":" "}]}`),
+		"over the cap": img(`,"networkPolicy":{"egress":[{"action":"allow","target":"a.test"},{"action":"allow","target":"b.test"},{"action":"allow","target":"c.test"}]}`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			e.call("POST", "/v1/sandboxes", body).wantError(t, 400, api.CodeSandboxInvalidParameter)

@@ -2,14 +2,12 @@ package sdk_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -133,46 +131,4 @@ func ExampleClient_All() {
 	}
 	fmt.Println(n, "sandboxes")
 	// Output: 3 sandboxes
-}
-
-// A sandbox whose requests to api.github.com carry a token it never
-// sees: the credential proxy puts it into each matching request. The
-// token comes from the caller's environment and goes only to the
-// sandbox's egress API.
-func ExampleVault() {
-	ctx := context.Background()
-	client, _ := sdk.NewClientFromEnv()
-	sb, err := client.Create(ctx, sdk.CreateOptions{
-		Image:           "opensandbox/busybox",
-		NetworkPolicy:   &api.NetworkPolicy{DefaultAction: "deny", Egress: []api.NetworkRule{{Action: "allow", Target: "api.github.com"}}},
-		CredentialProxy: true,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer sb.Kill(ctx)
-
-	st, err := sb.Vault().Create(ctx, api.CredentialVaultCreateRequest{
-		Credentials: []api.Credential{{Name: "gh-token", Source: api.CredentialSource{Value: os.Getenv("GITHUB_TOKEN")}}},
-		Bindings: []api.CredentialBinding{{
-			Name:  "github",
-			Match: api.CredentialMatch{Hosts: []string{"api.github.com"}},
-			Auth:  api.CredentialAuth{Type: "bearer", Credential: "gh-token"},
-		}},
-	})
-	if errors.Is(err, sdk.ErrNoCredentialProxy) {
-		log.Fatal("this server has no credential proxy: ", err)
-	} else if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("vault revision", st.Revision)
-
-	// Later: rotate the token, unless someone changed the vault meanwhile.
-	_, err = sb.Vault().Patch(ctx, api.CredentialVaultMutationRequest{
-		ExpectedRevision: &st.Revision,
-		Credentials:      &api.CredentialMutation{Replace: []api.Credential{{Name: "gh-token", Source: api.CredentialSource{Value: os.Getenv("GITHUB_TOKEN_NEW")}}}},
-	})
-	if errors.Is(err, sdk.ErrRevisionConflict) {
-		log.Fatal("the vault changed meanwhile: read it again with Vault().Get")
-	}
 }

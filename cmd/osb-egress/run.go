@@ -173,10 +173,10 @@ func run(ctx context.Context, cfg config) error {
 		MaxRules:        cfg.MaxRules,
 		Store:           store,
 		Apply:           apply,
-		Ready:   readiness,
-		Denials: denials,
-		Logger:  log,
-		Vault:   vs.handler,
+		Ready:           readiness,
+		Denials:         denials,
+		Logger:          log,
+		Vault:           vs.handler,
 		// A policy change may not take away a bound host: the binding
 		// would stop working without anyone being told.
 		CheckPolicy: func(m *egress.Matcher) error {
