@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +100,12 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, p proxyPath)
 	ctx := r.Context()
 	if err := s.authenticateProxy(ctx, r, p.id); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if port == sandbox.PortEgress && vaultWrite(r.Method, p.rest) && r.TLS == nil && !loopbackPeer(r.RemoteAddr) {
+		// osb-egress takes this server's hop for a local one; the
+		// client's own hop must not carry a secret in clear either.
+		http.Error(w, "credential vault writes need TLS or a loopback client", http.StatusUpgradeRequired)
 		return
 	}
 	ep, err := s.rt.Endpoint(ctx, p.id, port)
@@ -254,4 +263,25 @@ func (s *Server) renewOnAccess(ctx context.Context, id sandbox.ID) {
 		return
 	}
 	s.log.Debug("renewed on access", logSandbox, id, "expiresAt", at.UTC())
+}
+
+// vaultWrite reports whether a request to the egress API's path rest
+// (escaped) writes the credential vault.
+func vaultWrite(method, rest string) bool {
+	if method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions {
+		return false
+	}
+	p, err := url.PathUnescape(rest)
+	if err != nil {
+		return true // osb-egress refuses it; so can this hop
+	}
+	p = path.Clean("/" + p)
+	p = strings.TrimPrefix(p, "/proxy/"+strconv.Itoa(sandbox.PortEgress))
+	return p == "/credential-vault" || strings.HasPrefix(p, "/credential-vault/")
+}
+
+// loopbackPeer reports whether addr (host:port) is a loopback address.
+func loopbackPeer(addr string) bool {
+	ap, err := netip.ParseAddrPort(addr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

@@ -508,3 +508,36 @@ func TestRenewThrottleStaysSmall(t *testing.T) {
 		t.Fatalf("throttle holds %d entries", n)
 	}
 }
+
+// TestProxyVaultWrites: through the proxy route, a write to the egress
+// API's credential vault from a client that is neither loopback nor on
+// TLS is refused with 426 before it reaches the sandbox (osb-egress
+// trusts this server's own hop); reads and other paths pass.
+func TestProxyVaultWrites(t *testing.T) {
+	backend := echoBackend(t)
+	rt := newRouted(hostOf(backend))
+	e := newEnvWith(t, rt)
+	id := e.create("")
+	for _, tc := range []struct {
+		method, rest, remote string
+		want                 int
+	}{
+		{"POST", "/credential-vault", "203.0.113.9:4000", http.StatusUpgradeRequired},
+		{"PATCH", "/proxy/18080/credential-vault", "203.0.113.9:4000", http.StatusUpgradeRequired},
+		{"DELETE", "/x/../credential-vault", "203.0.113.9:4000", http.StatusUpgradeRequired},
+		{"PATCH", "/credential%2Dvault", "[2001:db8::1]:4000", http.StatusUpgradeRequired},
+		{"POST", "/credential-vault", "127.0.0.1:4000", http.StatusOK},
+		{"POST", "/credential-vault", "[::1]:4000", http.StatusOK},
+		{"GET", "/credential-vault", "203.0.113.9:4000", http.StatusOK},
+		{"POST", "/policy", "203.0.113.9:4000", http.StatusOK},
+	} {
+		req := httptest.NewRequest(tc.method, "/v1/sandboxes/"+id+"/proxy/18080"+tc.rest, strings.NewReader("{}"))
+		req.RemoteAddr = tc.remote
+		req.Header.Set(api.HeaderAPIKey, testKey)
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		if got := w.Code; (tc.want == http.StatusUpgradeRequired) != (got == http.StatusUpgradeRequired) {
+			t.Errorf("%s %s from %s: %d, want %d", tc.method, tc.rest, tc.remote, got, tc.want)
+		}
+	}
+}

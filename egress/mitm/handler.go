@@ -133,8 +133,16 @@ func (ic *Interceptor) reason(err error, secrets []string) string {
 
 // forwardingHeaders are the headers ReverseProxy strips before Rewrite;
 // rewrite puts back what the client sent, so a request goes out as it
-// came.
+// came, unless it carries a credential.
 var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// steeringHeaders make servers and their load balancers act on another
+// host, path or method than the request line's, which the binding judged:
+// a request that carries a credential goes out without them.
+var steeringHeaders = []string{
+	"X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server", "X-Forwarded-Uri", "X-Original-Host",
+	"X-Http-Method-Override", "X-Http-Method", "X-Method-Override", "X-Original-Url", "X-Rewrite-Url", "X-Original-Uri",
+}
 
 // rewrite aims the outbound request at the connection's name and port
 // and applies the injection.
@@ -144,14 +152,28 @@ func (ic *Interceptor) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme = st.info.scheme
 	out.URL.Host = net.JoinHostPort(st.info.name, strconv.Itoa(int(st.info.dst.Port())))
 	out.URL.Opaque, out.URL.User, out.URL.Fragment = "", nil, ""
-	out.Host = pr.In.Host
-	for _, k := range forwardingHeaders {
-		if v, ok := pr.In.Header[k]; ok {
-			out.Header[k] = append([]string(nil), v...)
-		}
+	// The name the Host check accepted, in its canonical form: case, a
+	// trailing dot or a spelled-out default port go no further.
+	out.Host = st.info.name
+	if port := st.info.dst.Port(); port != defaultPort(st.info.scheme) {
+		out.Host = net.JoinHostPort(st.info.name, strconv.Itoa(int(port)))
+	}
+	if ic.cfg.RedactBodyBytes > 0 && len(st.secrets) > 0 {
+		// Every body on an intercepted connection is searched, so it is
+		// asked for unencoded: a credential stored through a binding could
+		// be read back by a request no binding covers.
+		out.Header.Set("Accept-Encoding", "identity")
 	}
 	if st.inj == nil {
+		for _, k := range forwardingHeaders {
+			if v, ok := pr.In.Header[k]; ok {
+				out.Header[k] = append([]string(nil), v...)
+			}
+		}
 		return
+	}
+	for _, k := range steeringHeaders {
+		out.Header.Del(k)
 	}
 	for _, h := range st.inj.Headers {
 		for k := range out.Header {
@@ -166,9 +188,14 @@ func (ic *Interceptor) rewrite(pr *httputil.ProxyRequest) {
 	if st.inj.Path != "" {
 		out.URL.Path, out.URL.RawPath = st.path, st.inj.Path
 	}
-	if ic.cfg.RedactBodyBytes > 0 {
-		out.Header.Set("Accept-Encoding", "identity")
+}
+
+// defaultPort is the port a URL of scheme leaves out.
+func defaultPort(scheme string) uint16 {
+	if scheme == "http" {
+		return 80
 	}
+	return 443
 }
 
 // modifyResponse redacts secrets from the response's headers and
@@ -184,7 +211,7 @@ func (ic *Interceptor) modifyResponse(res *http.Response) error {
 	}
 	body := &responseBody{body: res.Body, res: res, secrets: st.secrets}
 	body.Reader = res.Body
-	if st.inj != nil && ic.cfg.RedactBodyBytes > 0 && hasBody(res) &&
+	if ic.cfg.RedactBodyBytes > 0 && hasBody(res) &&
 		isText(res.Header.Get("Content-Type")) && identityEncoded(res.Header) {
 		if set := secretSet(st.secrets); len(set) > 0 {
 			body.Reader = newRedactReader(res.Body, set, ic.cfg.RedactBodyBytes)

@@ -47,6 +47,16 @@ func schemeBit(s string) uint8 {
 	return 0
 }
 
+// schemeOn is schemeBit for a request on port: plain HTTP matches only
+// on port 80, so that a binding naming both schemes and both ports never
+// sends its credential in clear text to the TLS port.
+func schemeOn(s string, port uint16) uint8 {
+	if s == "http" && port != 80 {
+		return 0
+	}
+	return schemeBit(s)
+}
+
 func portBit(p int) uint8 {
 	switch p {
 	case 443:
@@ -204,11 +214,27 @@ func normalisePath(escaped string) (decoded, send string, err error) {
 			return "", "", errPath("the path holds a backslash or a NUL")
 		}
 	}
+	if dotParams(decoded) {
+		// "/v1/..;/admin": path.Clean keeps "..;", which servers that
+		// strip segment parameters then read as "..".
+		return "", "", errPath("the path has a dot segment with parameters")
+	}
 	clean := cleanPath(decoded)
 	if clean == decoded && valid && !(hasEscape && hasEscapedSlash(escaped)) {
 		return clean, escaped, nil
 	}
 	return clean, (&url.URL{Path: clean}).EscapedPath(), nil
+}
+
+// dotParams reports whether a segment of p is "." or ".." followed by
+// parameters (";...").
+func dotParams(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if before, _, ok := strings.Cut(seg, ";"); ok && (before == "." || before == "..") {
+			return true
+		}
+	}
+	return false
 }
 
 // pathChars are the bytes a path may carry unescaped (RFC 3986 pchar and
@@ -403,7 +429,7 @@ func (v *Vault) Intercepts(host string, port uint16, scheme string) bool {
 	if v == nil {
 		return false
 	}
-	pb, sb := portBit(int(port)), schemeBit(scheme)
+	pb, sb := portBit(int(port)), schemeOn(scheme, port)
 	if pb == 0 || sb == 0 {
 		return false
 	}
@@ -481,7 +507,7 @@ func (v *Vault) Bind(req egress.BindRequest) (egress.Injection, error) {
 		return egress.Injection{}, fmt.Errorf("%w: the vault has no bindings", egress.ErrNoBinding)
 	}
 	host := canonicalHost(req.Host)
-	pb, sb := portBit(int(req.Port)), schemeBit(req.Scheme)
+	pb, sb := portBit(int(req.Port)), schemeOn(req.Scheme, req.Port)
 	var (
 		match, other *binding
 		stage        = stageNone

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/net/publicsuffix"
+
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/egress"
 )
@@ -242,6 +244,14 @@ func normaliseHost(where, raw string) (string, error) {
 			return "", invalid("%s: %q: the suffix of a wildcard needs at least two labels", where, raw)
 		}
 		return "", invalid("%s: %q is not a fully qualified name (it has no dot)", where, raw)
+	}
+	if wildcard {
+		// Under a public suffix (s3.amazonaws.com, github.io, co.uk) anyone
+		// can hold a name with a valid certificate: the sandbox could send
+		// the credential to a tenant of its own.
+		if ps, _ := publicsuffix.PublicSuffix(name); ps == name {
+			return "", invalid("%s: %q: %s is a public suffix, under which other parties hold names: bind the names themselves", where, raw, name)
+		}
 	}
 	return h, nil
 }

@@ -25,9 +25,17 @@ import (
 // the CA appended, so that clients that read neither variable of
 // sandbox.CredentialCAEnv trust it as well.
 
-// systemBundle is where Debian-like images keep their roots (other
-// distributions link it).
-const systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+// systemBundles are where images keep their roots, as Go's crypto/x509
+// looks for them on Linux: Debian and Ubuntu, Fedora and RHEL, openSUSE,
+// OpenELEC, CentOS, Alpine. The first one an image has gets the CA.
+var systemBundles = []string{
+	"/etc/ssl/certs/ca-certificates.crt",
+	"/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem",
+	"/etc/pki/tls/cacert.pem",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+	"/etc/ssl/cert.pem",
+}
 
 // caRoute is osb-egress's route that serves the CA certificate.
 const caRoute = "/credential-proxy/ca.pem"
@@ -53,11 +61,19 @@ func (r *Runtime) installCredentialCA(ctx context.Context, id sandbox.ID, cid st
 	if err != nil {
 		return &failure{"CREDENTIAL_CA_FAILED", err.Error()}
 	}
-	sys, haveSys, err := r.eng.readFile(ctx, cid, systemBundle, 16<<20)
-	if err != nil {
-		return &failure{"CREDENTIAL_CA_FAILED", err.Error()}
+	var sys []byte
+	sysPath := ""
+	for _, p := range systemBundles {
+		data, ok, err := r.eng.readFile(ctx, cid, p, 16<<20)
+		if err != nil {
+			return &failure{"CREDENTIAL_CA_FAILED", err.Error()}
+		}
+		if ok {
+			sys, sysPath = data, p
+			break
+		}
 	}
-	archive, err := caArchive(ca, sys, haveSys, time.Now())
+	archive, err := caArchive(ca, sys, sysPath, time.Now())
 	if err != nil {
 		return &failure{"CREDENTIAL_CA_FAILED", err.Error()}
 	}
@@ -111,9 +127,10 @@ func checkCAPEM(data []byte) error {
 }
 
 // caArchive is the tar stream of the files that make a sandbox trust ca:
-// the CA alone, the bundle, and (when the image has one that lacks the
-// CA) the system bundle with the CA appended.
-func caArchive(ca, sys []byte, haveSys bool, now time.Time) (io.Reader, error) {
+// the CA alone, the bundle, and (when the image has one, sys at sysPath,
+// that lacks the CA) the system bundle with the CA appended.
+func caArchive(ca, sys []byte, sysPath string, now time.Time) (io.Reader, error) {
+	haveSys := sysPath != ""
 	bundle := ca
 	if haveSys {
 		bundle = joinPEM(sys, ca)
@@ -135,7 +152,7 @@ func caArchive(ca, sys []byte, haveSys bool, now time.Time) (io.Reader, error) {
 		return nil, err
 	}
 	if haveSys && !bytes.Contains(sys, bytes.TrimSpace(ca)) {
-		if err := add(systemBundle, bundle); err != nil {
+		if err := add(sysPath, bundle); err != nil {
 			return nil, err
 		}
 	}
