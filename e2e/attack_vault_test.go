@@ -318,6 +318,7 @@ func TestAttackVault(t *testing.T) {
 		{"plain HTTP to the provider", []string{"fetch", "http://provider.test/bearer/x"}, 0},
 		{"path traversal out of a path-scoped binding", []string{"fetch", "https://provider.test/v1/../admin"}, 0},
 		{"encoded path traversal", []string{"fetch", "https://provider.test/v1/%2e%2e/admin"}, 0},
+		{"a dot segment with parameters out of a path-scoped binding", []string{"fetch", "https://provider.test/v1/..;/admin"}, 0},
 		{"a method the binding does not name", []string{"fetch", "https://provider.test/v1/models", "-method", "DELETE"}, 0},
 		{"a port the binding does not name", []string{"fetch", "https://provider.test:8443/bearer/x", "-cafile", "/tmp/test-ca.pem"}, 0},
 		{"the hostile server by name", []string{"fetch", "https://hostile.test/bearer/x", "-cafile", "/tmp/test-ca.pem"}, 0},
@@ -347,6 +348,23 @@ func TestAttackVault(t *testing.T) {
 			return fmt.Sprintf("status %d; servers saw %d request(s), none with a key where it must not be", f.Status, len(seen))
 		})
 	}
+	attack(t, "vault: a request with a key cannot steer the server to another method, path or host", func(t *testing.T) string {
+		seen, f, detail := injected("fetch", "https://provider.test/v1/models", "-header", "'X-HTTP-Method-Override: DELETE'",
+			"-header", "'X-Original-URL: /admin'", "-header", "'X-Forwarded-Host: hostile.test'", "-header", "'Forwarded: host=hostile.test'")
+		if f.Status != 200 || len(seen) != 1 || seen[0].Header.Get("Authorization") != "Bearer "+tok {
+			t.Fatalf("the GET did not carry its key: %.300s", detail)
+		}
+		var kept []string
+		for _, k := range []string{"X-Http-Method-Override", "X-Original-Url", "X-Forwarded-Host", "Forwarded"} {
+			if v := seen[0].Header.Get(k); v != "" {
+				kept = append(kept, k+": "+v)
+			}
+		}
+		if len(kept) > 0 {
+			t.Errorf("went upstream with the key: %v", kept)
+		}
+		return fmt.Sprintf("the provider got the key and %d steering headers", len(kept))
+	})
 	attack(t, "vault: each refusal is an event", func(t *testing.T) string {
 		after := vaultDenials(t, eg)
 		got := after[len(denialsBefore):]
@@ -354,11 +372,11 @@ func TestAttackVault(t *testing.T) {
 		for _, d := range got {
 			reasons = append(reasons, d.Name+": "+d.Reason)
 		}
-		// The Host mismatch, plain HTTP, both traversals, the method and
-		// the port; the hostile server by name needs no event (it has no
-		// binding).
-		if len(got) < 6 {
-			t.Errorf("%d vault events after the attempts, want at least 6: %v", len(got), reasons)
+		// The Host mismatch, plain HTTP, the three traversals, the method
+		// and the port; the hostile server by name needs no event (it has
+		// no binding).
+		if len(got) < 7 {
+			t.Errorf("%d vault events after the attempts, want at least 7: %v", len(got), reasons)
 		}
 		return strings.Join(reasons, "; ")
 	})
