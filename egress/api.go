@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -174,16 +176,38 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// Authorized reports whether r carries token in the
+// OPENSANDBOX-EGRESS-AUTH header, compared in constant time. An empty
+// token authorizes every request (authentication is off).
+func Authorized(r *http.Request, token string) bool {
+	if token == "" {
+		return true
+	}
+	got := r.Header.Get(api.HeaderEgressAuth)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// ClearTextOK reports whether r may carry secrets: it came over TLS, or
+// from a loopback peer, or from a peer in trusted.
+func ClearTextOK(r *http.Request, trusted []netip.Prefix) bool {
+	if r.TLS != nil {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().WithZone("").Unmap()
+	return a.IsLoopback() || slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
 // auth checks the token in constant time, then runs fn and answers its
 // error: ErrInvalid is 400, an httpError its status, anything else 500.
 func (h *Handler) auth(fn func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.cfg.Token != "" {
-			got := r.Header.Get(api.HeaderEgressAuth)
-			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) != 1 {
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
-				return
-			}
+		if !Authorized(r, h.cfg.Token) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
 		}
 		err := fn(w, r)
 		var he *httpError

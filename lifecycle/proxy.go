@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/internal/httpx"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
@@ -102,7 +102,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, p proxyPath)
 		s.writeError(w, r, err)
 		return
 	}
-	if port == sandbox.PortEgress && vaultWrite(r.Method, p.rest) && r.TLS == nil && !loopbackPeer(r.RemoteAddr) {
+	if port == sandbox.PortEgress && vaultWrite(r.Method, p.rest) && !egress.ClearTextOK(r, nil) {
 		// osb-egress takes this server's hop for a local one; the
 		// client's own hop must not carry a secret in clear either.
 		http.Error(w, "credential vault writes need TLS or a loopback client", http.StatusUpgradeRequired)
@@ -278,10 +278,4 @@ func vaultWrite(method, rest string) bool {
 	p = path.Clean("/" + p)
 	p = strings.TrimPrefix(p, "/proxy/"+strconv.Itoa(sandbox.PortEgress))
 	return p == "/credential-vault" || strings.HasPrefix(p, "/credential-vault/")
-}
-
-// loopbackPeer reports whether addr (host:port) is a loopback address.
-func loopbackPeer(addr string) bool {
-	ap, err := netip.ParseAddrPort(addr)
-	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

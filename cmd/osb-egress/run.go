@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
-	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/egress/dnsproxy"
 	"github.com/opensandbox/opensandbox/egress/mitm"
@@ -344,7 +342,7 @@ func withExtras(apiHandler, metrics http.Handler, vs *vaultSetup, token string) 
 			apiHandler.ServeHTTP(w, r)
 			return
 		}
-		if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(api.HeaderEgressAuth)), []byte(token)) != 1 {
+		if !egress.Authorized(r, token) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}

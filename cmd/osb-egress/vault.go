@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/egress"
 	"github.com/opensandbox/opensandbox/egress/mitm"
 	"github.com/opensandbox/opensandbox/egress/vault"
@@ -155,7 +153,7 @@ func (v *vaultSetup) close() {
 // serveCA answers caRoute with the CA's certificate, for the token's
 // holder; 404 without a credential proxy.
 func (v *vaultSetup) serveCA(w http.ResponseWriter, r *http.Request, token string) {
-	if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(api.HeaderEgressAuth)), []byte(token)) != 1 {
+	if !egress.Authorized(r, token) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}

@@ -1,7 +1,6 @@
 package vault
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"slices"
 	"sync"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -159,7 +157,7 @@ func (h *Handler) write(fn func(http.ResponseWriter, *http.Request) error) http.
 			h.answer(w, r, err)
 			return
 		}
-		if r.TLS == nil && !h.plainPeer(r.RemoteAddr) {
+		if !egress.ClearTextOK(r, h.cfg.PlainPeers) {
 			w.Header().Set("Upgrade", "TLS/1.2, HTTP/1.1")
 			http.Error(w, "credential vault writes need TLS, or a loopback peer", http.StatusUpgradeRequired)
 			return
@@ -168,14 +166,8 @@ func (h *Handler) write(fn func(http.ResponseWriter, *http.Request) error) http.
 	})
 }
 
-// authorized checks the token in constant time.
-func (h *Handler) authorized(r *http.Request) bool {
-	if h.cfg.Token == "" {
-		return true
-	}
-	got := r.Header.Get(api.HeaderEgressAuth)
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.cfg.Token)) == 1
-}
+// authorized checks the token as the rest of the egress API does.
+func (h *Handler) authorized(r *http.Request) bool { return egress.Authorized(r, h.cfg.Token) }
 
 // precondition reports why the vault cannot be written (412).
 func (h *Handler) precondition() error {
@@ -191,20 +183,6 @@ func (h *Handler) precondition() error {
 		}
 	}
 	return nil
-}
-
-// plainPeer reports whether a peer may write without TLS: loopback, or
-// in PlainPeers.
-func (h *Handler) plainPeer(remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().WithZone("").Unmap()
-	if a.IsLoopback() {
-		return true
-	}
-	return slices.ContainsFunc(h.cfg.PlainPeers, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // answer writes err: an httpError its status, egress.ErrInvalid 400,
