@@ -60,19 +60,28 @@ func (s *FileStore) LoadOr(initial Policy) (Policy, error) {
 	return p, nil
 }
 
-// Save writes p: to a temporary file in the same directory, synced, then
-// renamed over the file, and the directory synced so the rename itself
-// survives a crash.
-func (s *FileStore) Save(p Policy) (retErr error) {
+// Save writes p with WriteFileAtomic.
+func (s *FileStore) Save(p Policy) error {
 	data, err := json.Marshal(p.API())
 	if err != nil {
 		return fmt.Errorf("encode policy: %w", err)
 	}
-	data = append(data, '\n')
-	dir := filepath.Dir(s.path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".tmp-*")
-	if err != nil {
+	if err := WriteFileAtomic(s.path, append(data, '\n')); err != nil {
 		return fmt.Errorf("save policy: %w", err)
+	}
+	return nil
+}
+
+// WriteFileAtomic replaces the file at path with data (mode 0600): to a
+// temporary file in the same directory, synced, then renamed over the
+// file, and the directory synced so the rename itself survives a crash.
+// A reader, or a restart after a crash at any point, sees the old content
+// or the new, never part of one.
+func WriteFileAtomic(path string, data []byte) (retErr error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if retErr != nil {
@@ -80,25 +89,34 @@ func (s *FileStore) Save(p Policy) (retErr error) {
 			os.Remove(f.Name())
 		}
 	}()
+	if err := f.Chmod(0o600); err != nil {
+		return fmt.Errorf("chmod %s: %w", f.Name(), err)
+	}
 	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("save policy: write %s: %w", f.Name(), err)
+		return fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("save policy: sync %s: %w", f.Name(), err)
+		return fmt.Errorf("sync %s: %w", f.Name(), err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("save policy: close %s: %w", f.Name(), err)
+		return fmt.Errorf("close %s: %w", f.Name(), err)
 	}
-	if err := os.Rename(f.Name(), s.path); err != nil {
-		return fmt.Errorf("save policy: %w", err)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir syncs a directory, so that a rename or a removal in it
+// survives a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("save policy: open directory: %w", err)
+		return fmt.Errorf("open directory: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("save policy: sync directory %s: %w", dir, err)
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

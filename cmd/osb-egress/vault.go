@@ -207,10 +207,10 @@ func loadOrMakeCA(dir string, key []byte) (*mitm.CA, error) {
 	}
 	// The key first: a certificate without its key would be a CA that
 	// cannot sign after a restart.
-	if err := vault.WriteFileAtomic(keyPath, sealed); err != nil {
+	if err := egress.WriteFileAtomic(keyPath, sealed); err != nil {
 		return nil, err
 	}
-	if err := vault.WriteFileAtomic(certPath, ca.CertPEM()); err != nil {
+	if err := egress.WriteFileAtomic(certPath, ca.CertPEM()); err != nil {
 		return nil, err
 	}
 	return ca, nil
@@ -225,7 +225,7 @@ func writeCAFiles(dir string, caPEM []byte) error {
 		bundle = append(bundle, caPEM...)
 	}
 	for name, data := range map[string][]byte{"ca.pem": caPEM, "bundle.pem": bundle} {
-		if err := vault.WriteFileAtomic(filepath.Join(dir, name), data); err != nil {
+		if err := egress.WriteFileAtomic(filepath.Join(dir, name), data); err != nil {
 			return err
 		}
 		if err := os.Chmod(filepath.Join(dir, name), 0o644); err != nil {

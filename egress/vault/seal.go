@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/egress"
 )
 
 // KeySize is the size of a sealing key: AES-256.
@@ -223,63 +224,14 @@ func (s *FileStore) Save(v *Vault) error {
 		if err := os.Remove(s.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove credential vault file: %w", err)
 		}
-		return syncDir(filepath.Dir(s.Path))
+		return egress.SyncDir(filepath.Dir(s.Path))
 	}
 	data, err := Seal(s.Key, v, s.AAD)
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(s.Path, data); err != nil {
+	if err := egress.WriteFileAtomic(s.Path, data); err != nil {
 		return fmt.Errorf("save credential vault: %w", err)
-	}
-	return nil
-}
-
-// WriteFileAtomic replaces the file at path with data, mode 0600: it
-// writes a temporary file in the same directory, syncs it, renames it
-// over path, and syncs the directory so the rename survives a crash. A
-// reader, or a restart after a crash, sees the old content or the new,
-// never part of one.
-func WriteFileAtomic(path string, data []byte) (retErr error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if retErr != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod %s: %w", f.Name(), err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", f.Name(), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir syncs a directory, so that a rename or a removal in it
-// survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }
