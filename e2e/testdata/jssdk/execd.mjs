@@ -113,16 +113,16 @@ async function sessions(sbx) {
 
 async function files(sbx) {
   const f = sbx.files;
-  const lines = Array.from({ length: 10 }, (_, i) => `line ${i + 1}`).join("\n") + "\n";
+  const numbered = Array.from({ length: 10 }, (_, i) => `line ${i + 1}`).join("\n") + "\n";
   const bin = randomBytes(4096);
   await step("write and read", async () => {
-    await f.createDirectories([{ path: "/tmp/js/sub", mode: 0o755 }]);
+    await f.createDirectories([{ path: "/tmp/js/sub", mode: 755 }]);
     await f.writeFiles([
-      { path: "/tmp/js/lines.txt", data: lines, mode: 0o640 },
+      { path: "/tmp/js/lines.txt", data: numbered, mode: 640 },
       { path: "/tmp/js/sub/data.bin", data: bin },
       { path: "/tmp/js/sub/notes.md", data: "# notes\nalpha beta alpha\n" },
     ]);
-    eq("readFile", await f.readFile("/tmp/js/lines.txt"), lines);
+    eq("readFile", await f.readFile("/tmp/js/lines.txt"), numbered);
     eq("readBytes", Buffer.from(await f.readBytes("/tmp/js/sub/data.bin")).equals(bin), true);
     eq("read a missing file", await statusOf(() => f.readFile("/tmp/js/missing")), 404);
   });
@@ -138,7 +138,7 @@ async function files(sbx) {
   await step("info, list, search", async () => {
     const info = await f.getFileInfo(["/tmp/js/lines.txt", "/tmp/js/sub"]);
     const li = info["/tmp/js/lines.txt"];
-    eq("getFileInfo file", [li?.path, li?.type, li?.size, li?.mode], ["/tmp/js/lines.txt", "file", lines.length, 0o640]);
+    eq("getFileInfo file", [li?.path, li?.type, li?.size, li?.mode], ["/tmp/js/lines.txt", "file", numbered.length, 640]);
     check("getFileInfo modifiedAt", li?.modifiedAt instanceof Date && Math.abs(li.modifiedAt - Date.now()) < 600_000, String(li?.modifiedAt));
     eq("getFileInfo directory", info["/tmp/js/sub"]?.type, "directory");
     eq("info of a missing file", await statusOf(() => f.getFileInfo(["/tmp/js/missing"])), 404);
@@ -154,8 +154,8 @@ async function files(sbx) {
     eq("replaceContentsDetailed", res, [{ path: "/tmp/js/sub/notes.md", replacedCount: 2 }]);
     await f.replaceContents([{ path: "/tmp/js/sub/notes.md", oldContent: "beta", newContent: "delta" }]);
     eq("file after replace", await f.readFile("/tmp/js/sub/notes.md"), "# notes\ngamma delta gamma\n");
-    await f.setPermissions([{ path: "/tmp/js/sub/notes.md", mode: 0o600 }]);
-    eq("mode after setPermissions", (await f.getFileInfo(["/tmp/js/sub/notes.md"]))["/tmp/js/sub/notes.md"].mode, 0o600);
+    await f.setPermissions([{ path: "/tmp/js/sub/notes.md", mode: 600 }]);
+    eq("mode after setPermissions", (await f.getFileInfo(["/tmp/js/sub/notes.md"]))["/tmp/js/sub/notes.md"].mode, 600);
   });
 
   await step("move and delete", async () => {
