@@ -49,9 +49,18 @@ export function check(name, ok, detail = "") {
   return ok;
 }
 
+// canonical is JSON with object keys sorted, so that eq does not depend
+// on the order in which the server wrote them.
+function canonical(v) {
+  return JSON.stringify(v, (_, x) =>
+    x && typeof x === "object" && !Array.isArray(x) && !(x instanceof Date)
+      ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, x[k]]))
+      : x);
+}
+
 export function eq(name, got, want) {
-  const g = JSON.stringify(got);
-  const w = JSON.stringify(want);
+  const g = canonical(got);
+  const w = canonical(want);
   if (g !== w) fail(name, `got ${g}, want ${w}`);
   return g === w;
 }
