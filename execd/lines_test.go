@@ -301,3 +301,32 @@ func FuzzLines(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCopyLines streams a window out of 64 MiB of short lines and
+// out of one 64 MiB line; allocations stay at zero per operation.
+func BenchmarkCopyLines(b *testing.B) {
+	const size = 64 << 20
+	short := bytes.Repeat([]byte(strings.Repeat("y", 79)+"\n"), size/80)
+	long := append(bytes.Repeat([]byte("z"), size-1), '\n')
+	buf := make([]byte, lineBufSize)
+	for _, bc := range []struct {
+		name    string
+		content []byte
+		w       lineWindow
+	}{
+		{"short lines, middle window", short, lineWindow{start: size / 160, count: 1000}},
+		{"short lines, to the end", short, lineWindow{start: 2, count: -1}},
+		{"one long line", long, lineWindow{start: 1, count: 1}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := bytes.NewReader(bc.content)
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(bc.content)
+				if _, err := copyLines(io.Discard, r, bc.w, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
