@@ -79,21 +79,46 @@ func fileMode(bits uint32) fs.FileMode {
 
 // fileCat is `osb file cat`.
 func (a *app) fileCat() *cobra.Command {
-	return formats(&cobra.Command{
+	var offset, limit int64
+	cmd := formats(&cobra.Command{
 		Use:   "cat ID PATH",
-		Short: "Print a file of a sandbox, byte for byte",
+		Short: "Print a file of a sandbox, byte for byte, or some of its lines",
 		Long: `Print a file of a sandbox to stdout exactly as it is: no newline is
-added and binary content passes unchanged.`,
+added and binary content passes unchanged.
+
+--offset N and --limit M print M lines from line N (lines are numbered
+from 1), each as it is in the file ("\r\n" stays, and a last line without
+a newline gets none). --offset alone prints to the end, --limit alone from
+the first line; a window past the end prints nothing. The lines are read
+as they stream, however long the file or a line.`,
+		Example: `  osb file cat sb-1 /workspace/app.log
+  osb file cat sb-1 /workspace/app.log --offset 101 --limit 50`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := a.format(cmd, ""); err != nil {
 				return err
 			}
+			byLines := flagChanged(cmd.Flags(), "offset") || flagChanged(cmd.Flags(), "limit")
+			if byLines {
+				for _, f := range []struct {
+					name string
+					v    int64
+				}{{"offset", offset}, {"limit", limit}} {
+					if flagChanged(cmd.Flags(), f.name) && f.v < 1 {
+						return usagef(cmd, "--%s %d: want 1 or more", f.name, f.v)
+					}
+				}
+			}
 			sb, err := a.sandboxByID(args[0])
 			if err != nil {
 				return err
 			}
-			fr, err := sb.Download(cmd.Context(), args[1])
+			var fr *sdk.FileReader
+			if byLines {
+				fr, err = sb.DownloadLines(cmd.Context(), args[1], offset, limit)
+			} else {
+				fr, err = sb.Download(cmd.Context(), args[1])
+			}
 			if err != nil {
 				return err
 			}
@@ -104,6 +129,9 @@ added and binary content passes unchanged.`,
 			return nil
 		},
 	}, formatRaw)
+	cmd.Flags().Int64Var(&offset, "offset", 0, "the first line to print, counting from 1 (default: the first)")
+	cmd.Flags().Int64Var(&limit, "limit", 0, "how many lines to print (default: to the end)")
+	return cmd
 }
 
 // fileWrite is `osb file write`.

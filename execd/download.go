@@ -28,10 +28,20 @@ import (
 // The Range header is parsed here and handed to http.ServeContent in
 // canonical form, so what is served is exactly what parseRange accepted,
 // and ServeContent adds conditional requests and multipart framing.
+//
+// offset and limit (1-based line numbers) make it a line read, answered by
+// serveLines; they cannot be combined with a Range header.
 func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	path, err := s.queryPath(r, "path")
 	if err != nil {
 		return err
+	}
+	window, byLines, err := parseLineWindow(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if byLines && r.Header.Get("Range") != "" {
+		return badRequest("a Range header cannot be combined with the line parameters 'offset' and 'limit'")
 	}
 	// O_NONBLOCK keeps a FIFO from blocking the open; it changes nothing
 	// for a regular file.
@@ -58,6 +68,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
 	var probe [1]byte
 	if _, err := f.ReadAt(probe[:], 0); err != nil && err != io.EOF {
 		return fsError(&fs.PathError{Op: "read", Path: path, Err: unwrapPathError(err)})
+	}
+	if byLines {
+		return s.serveLines(w, r, f, path, fi, window)
 	}
 	// Kernel files (/proc, /sys) report no size and cannot seek to their
 	// end: they go out as a stream, whole, without ranges.

@@ -39,6 +39,8 @@ type readInput struct {
 	SandboxArg
 	Path     string `json:"path" jsonschema:"absolute path of the file in the sandbox"`
 	Offset   int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at, to read a big file in parts"`
+	Line     int64  `json:"line,omitempty" jsonschema:"read whole lines of a text file from this line (1 is the first); instead of offset"`
+	Lines    int64  `json:"lines,omitempty" jsonschema:"read at most this many lines (from line, or from line 1); default: as many as max_bytes holds"`
 	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes are read"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"auto: text as text, PNG/JPEG/GIF/WebP as an image, other binary files described but not shown; text: always as text; base64: the bytes in base64"`
 }
@@ -54,6 +56,9 @@ type ReadOutput struct {
 	Content    string `json:"content,omitempty"`
 	Truncated  bool   `json:"truncated,omitempty" jsonschema:"the file goes on after what was read"`
 	NextOffset int64  `json:"next_offset,omitempty" jsonschema:"offset to read on from, when truncated"`
+	Line       int64  `json:"line,omitempty" jsonschema:"for a read by lines: the first line read"`
+	LinesRead  int64  `json:"lines_read,omitempty" jsonschema:"for a read by lines: how many lines content holds"`
+	NextLine   int64  `json:"next_line,omitempty" jsonschema:"for a read by lines: the line to pass as line to read on, when more lines follow"`
 }
 
 type writeInput struct {
@@ -130,6 +135,16 @@ func (in readInput) validate() error {
 	if in.Offset < 0 {
 		return argErrorf("offset %d: must be 0 or more", in.Offset)
 	}
+	if in.byLines() {
+		switch {
+		case in.Line < 0 || in.Lines < 0:
+			return argErrorf("line and lines must be 1 or more")
+		case in.Offset != 0:
+			return argErrorf("offset counts bytes and line counts lines: pass one of them, not both")
+		case in.Encoding == "base64":
+			return argErrorf("a read by lines is text: leave out encoding base64, or read by offset")
+		}
+	}
 	return checkPath("path", in.Path)
 }
 
@@ -196,12 +211,13 @@ func (s *Server) addFileTools() {
 	add(s, &gomcp.Tool{
 		Name: "file_read",
 		Description: `Read a file of a sandbox. Text comes back as text; PNG, JPEG, GIF and WebP images as images; other binary files are described unless encoding is base64.
-At most max_bytes are read from offset: for a bigger file the result says so and gives next_offset to read on. To look for something in a large file, command_run with grep is often better.`,
+At most max_bytes are read from offset: for a bigger file the result says so and gives next_offset to read on.
+To page through a text file by lines, pass line (1-based) and lines instead of offset: whole lines come back, and when more follow the result gives next_line to pass as line. To look for something in a large file, command_run with grep is often better.`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Read file", ReadOnlyHint: true},
 	}, s.readFile,
 		enum("encoding", "auto", "text", "base64"), defaultValue("encoding", `"auto"`),
 		between("max_bytes", 1, maxReadBytes), defaultValue("max_bytes", fmt.Sprint(defaultReadBytes)),
-		between("offset", 0, 1<<53))
+		between("offset", 0, 1<<53), between("line", 1, 1<<53), between("lines", 1, 1<<53))
 
 	add(s, &gomcp.Tool{
 		Name: "file_write",
@@ -256,6 +272,9 @@ func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolRes
 	}
 	if info.Type == "directory" {
 		return nil, ReadOutput{}, argErrorf("%s is a directory: list it with file_list", in.Path)
+	}
+	if in.byLines() {
+		return readLines(ctx, sb, in, info)
 	}
 	limit := cmpInt(in.MaxBytes, defaultReadBytes)
 	data, err := readRange(ctx, sb, in.Path, in.Offset, limit)
@@ -319,6 +338,72 @@ func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolRes
 		body += fmt.Sprintf("\n[... file continues: %d more bytes; call file_read with offset %d to read on ...]", info.Size-out.NextOffset, out.NextOffset)
 	}
 	return text(body), out, nil
+}
+
+// byLines reports whether the read is by lines rather than by bytes.
+func (in readInput) byLines() bool { return in.Line != 0 || in.Lines != 0 }
+
+// readLines answers a file_read by lines: whole lines from in.Line, at
+// most in.Lines of them and at most max_bytes, with next_line when more
+// follow. One line more than asked is requested, so that the end of the
+// file is told apart from the end of the window. A first line longer than
+// max_bytes comes back cut (at a character boundary), and the read goes on
+// at the line after it.
+func readLines(ctx context.Context, sb *sdk.Sandbox, in readInput, info api.FileInfo) (*gomcp.CallToolResult, ReadOutput, error) {
+	start := max(in.Line, 1)
+	budget := cmpInt(in.MaxBytes, defaultReadBytes)
+	var ask int64 // 0: to the end of the file
+	if in.Lines > 0 && in.Lines < 1<<62 {
+		ask = in.Lines + 1
+	}
+	fr, err := sb.DownloadLines(ctx, in.Path, start, ask)
+	if err != nil {
+		return nil, ReadOutput{}, err
+	}
+	defer fr.Close()
+	data, err := io.ReadAll(io.LimitReader(fr, int64(budget)+1))
+	if err != nil {
+		return nil, ReadOutput{}, fmt.Errorf("read %s: %w", in.Path, err)
+	}
+	// Keep whole lines within the budget and the count; a piece without
+	// a newline is a whole line only when it ends the file.
+	end, n := 0, int64(0)
+	for end < len(data) && (in.Lines == 0 || n < in.Lines) {
+		next := len(data)
+		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
+			next = end + i + 1
+		}
+		if next > budget {
+			break
+		}
+		end, n = next, n+1
+	}
+	more := end < len(data)
+	out := ReadOutput{Path: in.Path, Size: info.Size, Line: start, Encoding: "text"}
+	kept := data[:end]
+	note := ""
+	switch {
+	case n == 0 && more:
+		// The first line alone is longer than the budget.
+		kept = trimPartialRune(data[:min(len(data), budget)], true)
+		n = 1
+		note = fmt.Sprintf("\n[... line %d is longer than max_bytes %d and was cut; call file_read with line %d to read on, or read the line by offset ...]", start, budget, start+1)
+	case more:
+		note = fmt.Sprintf("\n[... more lines follow; call file_read with line %d to read on ...]", start+n)
+	case n == 0 && start > 1:
+		note = fmt.Sprintf("[the file has fewer than %d lines: nothing to read from line %d]", start, start)
+	}
+	out.MIMEType = http.DetectContentType(kept)
+	if cmpOr(in.Encoding, "auto") == "auto" && bytes.IndexByte(kept, 0) >= 0 {
+		return text(fmt.Sprintf("%s is a binary file (%d bytes, detected type %s) and was not returned. Pass encoding base64 to get its bytes by offset, or inspect it with command_run (file, head -c, xxd).",
+			in.Path, info.Size, out.MIMEType)), ReadOutput{Path: in.Path, Size: info.Size, Line: start, Encoding: "binary", MIMEType: out.MIMEType}, nil
+	}
+	out.Content = strings.ToValidUTF8(string(kept), "\uFFFD")
+	out.BytesRead, out.LinesRead = len(kept), n
+	if more {
+		out.Truncated, out.NextLine = true, start+n
+	}
+	return text(out.Content + note), out, nil
 }
 
 // stat describes one path, with a not-found error that names it.

@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -100,12 +101,50 @@ func (s *Sandbox) DownloadRange(ctx context.Context, path string, offset, length
 	return s.download(ctx, path, rng)
 }
 
+// DownloadLines opens limit lines of a text file from line offset
+// (1-based) as a stream, byte for byte: "\r\n" and a last line without a
+// newline come as they are in the file. offset 0 means from line 1 and
+// limit 0 to the end; a window past the end of the file reads nothing.
+// Size is -1: the length is known only at the end.
+func (s *Sandbox) DownloadLines(ctx context.Context, path string, offset, limit int64) (*FileReader, error) {
+	if offset < 0 || limit < 0 {
+		return nil, fmt.Errorf("read lines of %s: %w: offset and limit must not be negative", path, ErrInvalid)
+	}
+	q := url.Values{"path": {path}}
+	q.Set("offset", strconv.FormatInt(max(offset, 1), 10))
+	if limit > 0 {
+		q.Set("limit", strconv.FormatInt(limit, 10))
+	}
+	return s.get(ctx, "read lines of "+path, q, "")
+}
+
+// ReadLines returns limit lines of a text file from line offset
+// (1-based), each with its line ending; see DownloadLines.
+func (s *Sandbox) ReadLines(ctx context.Context, path string, offset, limit int64) (string, error) {
+	fr, err := s.DownloadLines(ctx, path, offset, limit)
+	if err != nil {
+		return "", err
+	}
+	defer fr.Close()
+	var b strings.Builder
+	if _, err := io.Copy(&b, fr); err != nil {
+		return "", fmt.Errorf("read lines of %s: %w", path, err)
+	}
+	return b.String(), nil
+}
+
 func (s *Sandbox) download(ctx context.Context, path, rng string) (*FileReader, error) {
+	return s.get(ctx, "download "+path, url.Values{"path": {path}}, rng)
+}
+
+// get opens GET /files/download with query q and, when rng is not "",
+// a Range header.
+func (s *Sandbox) get(ctx context.Context, op string, q url.Values, rng string) (*FileReader, error) {
 	tg, err := s.execd(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := tg.req("download "+path, http.MethodGet, "/files/download", url.Values{"path": {path}})
+	r := tg.req(op, http.MethodGet, "/files/download", q)
 	r.idempotent, r.streaming = true, true
 	if rng != "" {
 		r.header.Set("Range", rng)
