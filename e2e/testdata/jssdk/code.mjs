@@ -11,7 +11,7 @@
 // for the /code stream, both on the endpoint and headers the SDK resolved
 // for execd.
 import { createExecdClient } from "@alibaba-group/opensandbox/internal";
-import { check, create, describe, env, eq, main, pendingFor, sleep, step } from "./lib.mjs";
+import { check, create, env, eq, main, pendingFor, sleep, step } from "./lib.mjs";
 
 const langs = env("OSB_CODE_LANGS").split(",");
 pendingFor((process.env.OSB_CODE_PENDING ?? "").split(",").map((l) => l && `${l}:`));

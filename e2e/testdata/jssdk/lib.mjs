@@ -111,10 +111,6 @@ export async function create(opts) {
   return sbx;
 }
 
-export function remember(id) {
-  if (!summary.ids.includes(id)) summary.ids.push(id);
-}
-
 // main runs body, kills the sandboxes it made, and prints the summary.
 export async function main(body) {
   const made = [];
