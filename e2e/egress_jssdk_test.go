@@ -195,12 +195,19 @@ func runJSScript(t *testing.T, dir string, s *server, name string, env ...string
 	if err := os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(runDir, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile(script)
+	// Every script goes along, for those that import a shared module.
+	scripts, err := filepath.Glob(filepath.Join(filepath.Dir(script), "*.mjs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(runDir, name), src, 0o644); err != nil {
-		t.Fatal(err)
+	for _, src := range scripts {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(runDir, filepath.Base(src)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(runDir, name))
 	cmd.Dir = runDir
