@@ -123,7 +123,10 @@ func (s *Server) proxy() http.Handler {
 // serveSelf serves a request for /proxy/{execd's port}{path} as a request
 // for path.
 func (s *Server) serveSelf(w http.ResponseWriter, r *http.Request, escapedPath string) {
-	r2 := r.Clone(r.Context())
+	// A shallow copy: only the URL changes, and the handlers share the
+	// headers and body with the original request, which nothing else
+	// uses.
+	r2 := r.WithContext(r.Context())
 	u := *r.URL
 	u.Path, _ = url.PathUnescape(escapedPath)
 	u.RawPath = escapedPath

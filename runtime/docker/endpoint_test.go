@@ -2,6 +2,7 @@ package docker
 
 import (
 	"maps"
+	"strconv"
 	"testing"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -15,6 +16,7 @@ import (
 func TestBridgeEndpoint(t *testing.T) {
 	ports := map[int]string{api.ExecdPort: "0.0.0.0:32768", sandbox.PortApp: "0.0.0.0:32769"}
 	token := map[string]string{sandbox.HeaderExecdToken: "tok"}
+	e := strconv.Itoa(api.ExecdPort)
 	tests := []struct {
 		name    string
 		host    string
@@ -24,14 +26,14 @@ func TestBridgeEndpoint(t *testing.T) {
 		address string
 		headers map[string]string
 	}{
-		{"execd", "127.0.0.1", ports, false, api.ExecdPort, "127.0.0.1:32768/proxy/44772", token},
-		{"execd, secure access", "127.0.0.1", ports, true, api.ExecdPort, "127.0.0.1:32768/proxy/44772", token},
+		{"execd", "127.0.0.1", ports, false, api.ExecdPort, "127.0.0.1:32768/proxy/" + e, token},
+		{"execd, secure access", "127.0.0.1", ports, true, api.ExecdPort, "127.0.0.1:32768/proxy/" + e, token},
 		{"app port", "127.0.0.1", ports, false, sandbox.PortApp, "127.0.0.1:32769", nil},
 		{"app port, secure access", "127.0.0.1", ports, true, sandbox.PortApp, "127.0.0.1:32768/proxy/8080", token},
 		{"app port not published", "127.0.0.1", map[int]string{api.ExecdPort: "0.0.0.0:32768"}, false, sandbox.PortApp, "127.0.0.1:32768/proxy/8080", token},
 		{"other port", "sandbox.example.test", ports, false, 3000, "sandbox.example.test:32768/proxy/3000", token},
 		{"egress port without a sidecar", "127.0.0.1", ports, false, sandbox.PortEgress, "127.0.0.1:32768/proxy/18080", token},
-		{"IPv6 public host", "::1", ports, false, api.ExecdPort, "[::1]:32768/proxy/44772", token},
+		{"IPv6 public host", "::1", ports, false, api.ExecdPort, "[::1]:32768/proxy/" + e, token},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
