@@ -202,8 +202,8 @@ func parseTimestamp(v string) (time.Time, error) {
 // getEndpoint answers GET /sandboxes/{id}/endpoints/{port}: how a client
 // reaches the port, either as the runtime says, or through this server's
 // proxy route (use_server_proxy=true) with the runtime endpoint's headers
-// and the sandbox's token. Signed routes (expires) need the ingress gateway, which
-// this server does not have.
+// and the sandbox's token. Signed routes (expires) need the ingress
+// gateway, which this server does not have.
 func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	port, ok := parsePort(r.PathValue("port"))
 	if !ok {
