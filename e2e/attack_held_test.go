@@ -753,7 +753,8 @@ func endpointPort(s *server, id string, port int) string {
 	s.t.Helper()
 	var ep api.Endpoint
 	s.call("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/%d", id, port), nil, 200, &ep)
-	_, p, err := net.SplitHostPort(ep.Endpoint)
+	addr, _, _ := strings.Cut(ep.Endpoint, "/") // execd's carries /proxy/{port}
+	_, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		s.t.Fatalf("endpoint %+v: %v", ep, err)
 	}

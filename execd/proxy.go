@@ -35,6 +35,7 @@ var proxyTransport = &http.Transport{
 var (
 	errPortRequired = errors.New("port is required")
 	errInvalidPort  = errors.New("invalid port")
+	errNestedSelf   = errors.New("nested proxy prefix: /proxy/{port} of execd's own port may appear once")
 )
 
 // proxyTarget splits the escaped path of a proxy request,
@@ -104,7 +105,14 @@ func (s *Server) proxy() http.Handler {
 			// {host}:{port}/proxy/44772 endpoints of Docker-style
 			// deployments: served here, the request already
 			// authenticated, rather than sent back in without the token
-			// the proxy strips.
+			// the proxy strips. One prefix is all an endpoint carries; a
+			// second one is refused rather than unwrapped again and
+			// again.
+			if inner, _, err := proxyTarget(path); err == nil && inner == s.cfg.Port {
+				s.log.Debug("proxy: rejected", "method", r.Method, "path", r.URL.Path, "err", errNestedSelf)
+				http.Error(w, errNestedSelf.Error(), http.StatusBadRequest)
+				return
+			}
 			s.serveSelf(w, r, path)
 			return
 		}
@@ -115,13 +123,16 @@ func (s *Server) proxy() http.Handler {
 // serveSelf serves a request for /proxy/{execd's port}{path} as a request
 // for path.
 func (s *Server) serveSelf(w http.ResponseWriter, r *http.Request, escapedPath string) {
-	r2 := r.Clone(r.Context())
+	// A shallow copy: only the URL changes, and the handlers share the
+	// headers and body with the original request, which nothing else
+	// uses.
+	r2 := r.WithContext(r.Context())
 	u := *r.URL
 	u.Path, _ = url.PathUnescape(escapedPath)
 	u.RawPath = escapedPath
 	r2.URL = &u
 	r2.RequestURI = u.RequestURI()
-	s.serve(w, r2)
+	s.dispatch(w, r2)
 }
 
 // rewriteProxyRequest aims a request the proxy handler has accepted at the

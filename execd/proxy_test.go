@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -405,22 +407,148 @@ func FuzzProxyTarget(f *testing.F) {
 	})
 }
 
-// TestProxyToExecdItself: Docker-style endpoints reach execd as
-// {host}:{port}/proxy/44772/...; the proxy strips the token, so execd must
-// serve its own port itself.
+// selfPrefix is the path prefix under which Docker-style endpoints
+// ({host}:{port}/proxy/44772) reach execd.
+var selfPrefix = "/proxy/" + strconv.Itoa(api.ExecdPort)
+
+// prefixed returns a client of the same server whose every request goes
+// through execd's /proxy/{own port} prefix, as a client given the
+// Docker-style endpoint sends it.
+func prefixed(c *testClient) *testClient {
+	p := *c
+	p.base += selfPrefix
+	return &p
+}
+
+// TestProxyToExecdItself: through the prefix the whole API works as
+// without it, streams, uploads and WebSockets included; the token check is
+// the same, and the path the handlers see is the one after the prefix.
 func TestProxyToExecdItself(t *testing.T) {
-	_, c := newTestServer(t, func(cfg *Config) { cfg.Port = api.ExecdPort })
-	proxy := "/proxy/" + strconv.Itoa(api.ExecdPort)
-	c.call("GET", proxy+"/ping", nil, http.StatusOK, nil)
-	events := c.stream(proxy+"/command", api.RunCommandRequest{Command: "echo through the proxy"})
-	if got := outputOf(events, api.EventStdout); got != "through the proxy" {
-		t.Fatalf("command through the proxy: %+v", events)
+	_, direct := newTestServer(t, func(cfg *Config) { cfg.Port = api.ExecdPort })
+	c := prefixed(direct)
+	c.call("GET", "/ping", nil, http.StatusOK, nil)
+
+	t.Run("command stream", func(t *testing.T) {
+		events := c.stream("/command", api.RunCommandRequest{Command: "echo through the proxy; echo err >&2; exit 3"})
+		if got := outputOf(events, api.EventStdout); got != "through the proxy" {
+			t.Fatalf("stdout through the prefix: %+v", events)
+		}
+		if got := outputOf(events, api.EventStderr); got != "err" {
+			t.Fatalf("stderr through the prefix: %+v", events)
+		}
+		c.wantError("GET", "/command/status/nope", nil, http.StatusNotFound, api.CodeInvalidRequestBody)
+	})
+
+	t.Run("upload and download", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "through prefix.txt")
+		if resp, body := c.upload(metaPart(meta(path)), filePart([]byte("uploaded via /proxy"))); resp.StatusCode != http.StatusOK {
+			t.Fatalf("upload: %d %s", resp.StatusCode, body)
+		}
+		// Query and escaped characters survive the prefix being cut.
+		resp, body := c.do(c.request(http.MethodGet, "/files/download?path="+url.QueryEscape(path), nil))
+		if resp.StatusCode != http.StatusOK || string(body) != "uploaded via /proxy" {
+			t.Fatalf("download: %d %q", resp.StatusCode, body)
+		}
+		var info map[string]api.FileInfo
+		c.call("GET", "/files/info?path="+url.QueryEscape(path), nil, http.StatusOK, &info)
+		if info[path].Size != int64(len("uploaded via /proxy")) {
+			t.Fatalf("info: %+v", info)
+		}
+	})
+
+	t.Run("pty websocket", func(t *testing.T) {
+		id := createPTY(t, c, api.CreatePTYRequest{Cwd: t.TempDir()})
+		p := dialPTY(t, c, id, "")
+		p.shell("echo mark-$((40+2))", "mark-42")
+		if st := ptyStatus(t, direct, id); !st.Running {
+			t.Fatalf("the session seen without the prefix: %+v", st)
+		}
+	})
+
+	t.Run("metrics stream", func(t *testing.T) {
+		var m api.Metrics
+		c.call("GET", "/metrics", nil, http.StatusOK, &m)
+		if m.CPUCount <= 0 {
+			t.Fatalf("metrics: %+v", m)
+		}
+		if lines := readWatch(t, c, 1); len(lines) != 1 {
+			t.Fatalf("watch: %q", lines)
+		}
+	})
+
+	t.Run("unknown route", func(t *testing.T) {
+		for _, cl := range []*testClient{direct, c} {
+			if resp, _ := cl.do(cl.request("GET", "/no/such/route", nil)); resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("%s/no/such/route: %d, want 404", cl.base, resp.StatusCode)
+			}
+		}
+	})
+}
+
+// TestProxyToExecdItselfNeedsToken: a missing or wrong token gets the same
+// 401, byte for byte, with and without the prefix, before anything runs.
+func TestProxyToExecdItselfNeedsToken(t *testing.T) {
+	_, direct := newTestServer(t, func(cfg *Config) { cfg.Port = api.ExecdPort })
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, token := range []string{"", "wrong-token"} {
+		var answers []string
+		for _, cl := range []*testClient{direct, prefixed(direct)} {
+			req := cl.request("POST", "/command", api.RunCommandRequest{Command: "touch " + marker})
+			req.Header.Del(api.HeaderExecdToken)
+			if token != "" {
+				req.Header.Set(api.HeaderExecdToken, token)
+			}
+			resp, body := cl.do(req)
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s with token %q: %d %s", req.URL.Path, token, resp.StatusCode, body)
+			}
+			answers = append(answers, resp.Header.Get("Content-Type")+"\n"+string(body))
+		}
+		if answers[0] != answers[1] {
+			t.Fatalf("token %q: answer without the prefix %q, with it %q", token, answers[0], answers[1])
+		}
 	}
-	c.wantError("GET", proxy+"/command/status/nope", nil, http.StatusNotFound, api.CodeInvalidRequestBody)
-	// Without the token the request is refused before any of this.
-	req := c.request("GET", proxy+"/ping", nil)
-	req.Header.Del(api.HeaderExecdToken)
-	if resp, _ := c.do(req); resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("without token: %d", resp.StatusCode)
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("a refused request ran its command: %v", err)
+	}
+}
+
+// TestProxyToExecdItselfNested: the prefix is cut once; a second
+// /proxy/{own port} is a 400 that names the problem, while a prefix for
+// another port after it still reaches that port.
+func TestProxyToExecdItselfNested(t *testing.T) {
+	_, direct := newTestServer(t, func(cfg *Config) { cfg.Port = api.ExecdPort })
+	c := prefixed(direct)
+	for _, path := range []string{selfPrefix + "/ping", "/proxy/0" + strconv.Itoa(api.ExecdPort) + "/ping", selfPrefix} {
+		resp, body := c.do(c.request("GET", path, nil))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "nested proxy prefix") {
+			t.Fatalf("GET %s%s: %d %q, want 400 naming the nested prefix", c.base, path, resp.StatusCode, body)
+		}
+	}
+	port, last := recorder(t)
+	c.call("GET", "/proxy/"+port+"/app?q=1", nil, http.StatusCreated, nil)
+	if got := last(); got.RequestURI != "/app?q=1" || got.Header.Get(api.HeaderExecdToken) != "" {
+		t.Fatalf("through the prefix to another port, the backend saw %+v", got)
+	}
+}
+
+// BenchmarkSelfPrefix measures what the /proxy/{own port} prefix adds to
+// a request, in the handler, without the network's noise: compare the
+// "prefixed" and "plain" figures.
+func BenchmarkSelfPrefix(b *testing.B) {
+	s, _ := newTestServer(b, func(cfg *Config) { cfg.Port = api.ExecdPort })
+	h := s.Handler()
+	for _, bc := range []struct{ name, path string }{{"plain", "/ping"}, {"prefixed", selfPrefix + "/ping"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := httptest.NewRequest("GET", bc.path, nil)
+			req.Header.Set(api.HeaderExecdToken, testToken)
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("GET %s: %d", bc.path, w.Code)
+				}
+			}
+		})
 	}
 }

@@ -209,11 +209,17 @@ func (s *Server) Handler() http.Handler {
 	return s.authenticate(http.HandlerFunc(s.serve))
 }
 
-// serve dispatches to the route table. Like the reference daemon it
-// answers 404 both for an unknown path and for a known path with another
-// method.
+// serve counts a request and dispatches it.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	s.dispatch(w, r)
+}
+
+// dispatch sends /proxy/... to the port proxy (which hands requests for
+// execd's own port back here, the prefix stripped) and everything else to
+// the route table. Like the reference daemon it answers 404 both for an
+// unknown path and for a known path with another method.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/proxy" || strings.HasPrefix(r.URL.Path, "/proxy/") {
 		s.proxyHandler.ServeHTTP(w, r)
 		return

@@ -29,13 +29,14 @@ type routedRuntime struct {
 	mu        sync.Mutex
 	def       string
 	ports     map[int]string
-	noHeaders map[int]bool // ports whose endpoints carry no headers
+	noHeaders map[int]bool              // ports whose endpoints carry no headers
+	headers   map[int]map[string]string // headers some ports' endpoints add
 }
 
 func newRouted(addr string) *routedRuntime {
 	rt := fake.New()
 	rt.StartDelay = time.Millisecond
-	return &routedRuntime{Runtime: rt, def: addr, ports: map[int]string{}, noHeaders: map[int]bool{}}
+	return &routedRuntime{Runtime: rt, def: addr, ports: map[int]string{}, noHeaders: map[int]bool{}, headers: map[int]map[string]string{}}
 }
 
 func (r *routedRuntime) route(port int, addr string) {
@@ -57,6 +58,12 @@ func (r *routedRuntime) Endpoint(ctx context.Context, id sandbox.ID, port int) (
 	}
 	if r.noHeaders[port] {
 		ep.Headers = nil
+	}
+	for k, v := range r.headers[port] {
+		if ep.Headers == nil {
+			ep.Headers = map[string]string{}
+		}
+		ep.Headers[k] = v
 	}
 	return ep, nil
 }

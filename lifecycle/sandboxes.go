@@ -201,9 +201,9 @@ func parseTimestamp(v string) (time.Time, error) {
 
 // getEndpoint answers GET /sandboxes/{id}/endpoints/{port}: how a client
 // reaches the port, either as the runtime says, or through this server's
-// proxy route (use_server_proxy=true) with the sandbox's token as the
-// header to send. Signed routes (expires) need the ingress gateway, which
-// this server does not have.
+// proxy route (use_server_proxy=true) with the runtime endpoint's headers
+// and the sandbox's token. Signed routes (expires) need the ingress
+// gateway, which this server does not have.
 func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	port, ok := parsePort(r.PathValue("port"))
 	if !ok {
@@ -225,24 +225,33 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		return invalid(codeAPINotSupported, "signed endpoints (expires) are not supported by this server")
 	}
 	id := sandbox.ID(r.PathValue("id"))
-	if !useProxy {
-		ep, err := s.rt.Endpoint(r.Context(), id, port)
-		if err != nil {
-			return err
-		}
-		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})
-	}
-	execd, err := s.rt.Endpoint(r.Context(), id, api.ExecdPort)
+	ep, err := s.rt.Endpoint(r.Context(), id, port)
 	if err != nil {
 		return err
 	}
-	out := api.Endpoint{
+	if !useProxy {
+		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})
+	}
+	// Through the proxy route: the direct endpoint's headers (the
+	// protocol asks for the same ones), and the sandbox's token, which
+	// the route accepts in place of the API key.
+	headers := maps.Clone(ep.Headers)
+	if port != api.ExecdPort {
+		execd, err := s.rt.Endpoint(r.Context(), id, api.ExecdPort)
+		if err != nil {
+			return err
+		}
+		if tok := execd.Headers[sandbox.HeaderExecdToken]; tok != "" {
+			if headers == nil {
+				headers = map[string]string{}
+			}
+			headers[sandbox.HeaderExecdToken] = tok
+		}
+	}
+	return writeJSON(w, http.StatusOK, api.Endpoint{
 		Endpoint: cmp.Or(s.cfg.PublicAddress, r.Host) + "/sandboxes/" + url.PathEscape(string(id)) + "/proxy/" + strconv.Itoa(port),
-	}
-	if tok := execd.Headers[sandbox.HeaderExecdToken]; tok != "" {
-		out.Headers = map[string]string{sandbox.HeaderExecdToken: tok}
-	}
-	return writeJSON(w, http.StatusOK, out)
+		Headers:  headers,
+	})
 }
 
 // parsePort parses a port: decimal, 1 to 65535.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -553,6 +554,45 @@ func TestEndpoint(t *testing.T) {
 	host := strings.TrimPrefix(plain.url, "http://")
 	if ep.Endpoint != host+"/sandboxes/"+id+"/proxy/8080" || ep.Headers[sandbox.HeaderExecdToken] != prt.Token(sandbox.ID(id)) {
 		t.Fatalf("endpoint %+v, want on %s", ep, host)
+	}
+}
+
+// TestEndpointServerProxyHeaders: the server-proxy endpoint carries the
+// headers of the direct endpoint of the same port (the egress token of
+// 18080, none for a published app port) and the sandbox's token, which
+// the proxy route accepts.
+func TestEndpointServerProxyHeaders(t *testing.T) {
+	rt := newRouted("sandbox.invalid:1")
+	rt.noHeaders[sandbox.PortApp] = true
+	rt.noHeaders[sandbox.PortEgress] = true
+	rt.headers[sandbox.PortEgress] = map[string]string{api.HeaderEgressAuth: "egress-token"}
+	e := newEnvWith(t, rt)
+	id := e.create("")
+	token := rt.Token(sandbox.ID(id))
+	tests := []struct {
+		port    int
+		headers map[string]string
+	}{
+		{api.ExecdPort, map[string]string{sandbox.HeaderExecdToken: token}},
+		{sandbox.PortApp, map[string]string{sandbox.HeaderExecdToken: token}},
+		{sandbox.PortEgress, map[string]string{sandbox.HeaderExecdToken: token, api.HeaderEgressAuth: "egress-token"}},
+		{3000, map[string]string{sandbox.HeaderExecdToken: token}},
+	}
+	for _, tt := range tests {
+		var direct, proxied api.Endpoint
+		e.call("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/%d", id, tt.port), "").wantStatus(t, 200).decode(t, &direct)
+		e.call("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/%d?use_server_proxy=true", id, tt.port), "").wantStatus(t, 200).decode(t, &proxied)
+		if !maps.Equal(proxied.Headers, tt.headers) {
+			t.Errorf("port %d through the server: headers %v, want %v", tt.port, proxied.Headers, tt.headers)
+		}
+		for k, v := range direct.Headers {
+			if proxied.Headers[k] != v {
+				t.Errorf("port %d: the direct endpoint's header %s=%q is not in the proxied one's %v", tt.port, k, v, proxied.Headers)
+			}
+		}
+		if !strings.HasSuffix(proxied.Endpoint, fmt.Sprintf("/sandboxes/%s/proxy/%d", id, tt.port)) {
+			t.Errorf("port %d through the server: %q", tt.port, proxied.Endpoint)
+		}
 	}
 }
 

@@ -125,6 +125,7 @@ func runAll(set settings) (rows []row, err error) {
 
 	steps := []func() (row, error){
 		b.roundTrip,
+		b.prefixedRoundTrip,
 		func() (row, error) { return b.streaming(1000) },
 		func() (row, error) { return b.streaming(76) },
 		func() (row, error) { return b.upload("/tmp", "the container's disk (overlay), fsync included") },
@@ -161,7 +162,12 @@ func dockerOut(args ...string) (string, error) {
 }
 
 func (b *bench) req(method, path string, body io.Reader) *http.Request {
-	req, _ := http.NewRequest(method, b.base+path, body)
+	return b.reqAt(b.base, method, path, body)
+}
+
+// reqAt is req against another base URL of the same execd.
+func (b *bench) reqAt(base, method, path string, body io.Reader) *http.Request {
+	req, _ := http.NewRequest(method, base+path, body)
 	req.Header.Set(api.HeaderExecdToken, b.token)
 	return req
 }
@@ -206,8 +212,13 @@ func (b *bench) execdRSS() (total, anon float64, err error) {
 // command runs a foreground command and consumes its stream, returning
 // the number of output bytes and the exit evalue ("0" on success).
 func (b *bench) command(cmd string) (int64, string, error) {
+	return b.commandAt(b.base, cmd)
+}
+
+// commandAt is command against another base URL of the same execd.
+func (b *bench) commandAt(base, cmd string) (int64, string, error) {
 	body, _ := json.Marshal(api.RunCommandRequest{Command: cmd})
-	resp, err := b.hc.Do(b.req("POST", "/command", bytes.NewReader(body)))
+	resp, err := b.hc.Do(b.reqAt(base, "POST", "/command", bytes.NewReader(body)))
 	if err != nil {
 		return 0, "", err
 	}
@@ -264,6 +275,37 @@ func (b *bench) roundTrip() (row, error) {
 		Target: "p50 < 3 ms, >= 20x faster"}
 	r.Ratio = r.Baseline / r.Value
 	return r, nil
+}
+
+// prefixedRoundTrip compares the `true` round trip through the endpoint
+// form {host}:{port}/proxy/{execd's port} with the plain one, alternating
+// the two so that both see the same machine. execd serves the prefix in
+// process, so the two should not differ beyond noise.
+func (b *bench) prefixedRoundTrip() (row, error) {
+	prefixed := b.base + "/proxy/" + strconv.Itoa(api.ExecdPort)
+	for i := 0; i < 20; i++ {
+		b.commandAt(prefixed, "true")
+	}
+	var with, without []time.Duration
+	for i := 0; i < b.set.roundTrips; i++ {
+		for _, base := range []string{prefixed, b.base} {
+			start := time.Now()
+			if _, exit, err := b.commandAt(base, "true"); err != nil || exit != "0" {
+				return row{}, fmt.Errorf("true through %s: exit %q, %v", base, exit, err)
+			}
+			if base == prefixed {
+				with = append(with, time.Since(start))
+			} else {
+				without = append(without, time.Since(start))
+			}
+		}
+	}
+	r := row{Name: "`true` round trip via /proxy/{execd port}, p50 (p99)", Unit: "ms",
+		Value: report.Percentile(with, 0.5), P99: report.Percentile(with, 0.99),
+		Baseline: report.Percentile(without, 0.5), BaseP99: report.Percentile(without, 0.99), BaseName: "no prefix",
+		Target: "p50 within 5% of no prefix"}
+	r.Ratio = r.Baseline / r.Value
+	return r.Judge(r.Value <= r.Baseline*1.05), nil
 }
 
 // streaming prints streamBytes in lines of lineLen bytes.

@@ -565,11 +565,9 @@ func (r *Runtime) finishDelete(ctx context.Context, id sandbox.ID) error {
 	return nil
 }
 
-// Endpoint says how to reach port: execd (44772) and the app port (8080)
-// are published on the host; every other port, and the app port of a
-// sandbox with secure access, goes through execd's port proxy, with the
-// sandbox's token. Right after Create it waits, within ctx, until the
-// container's ports are known.
+// Endpoint says how to reach port, in the forms of the protocol's Docker
+// bridge rows (see bridgeEndpoint). Right after Create it waits, within
+// ctx, until the container's ports are known.
 func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
 	if port < 1 || port > 65535 {
 		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrInvalid, api.CodeDockerInvalidPort, fmt.Sprintf("port %d is not in 1..65535", port))
@@ -590,34 +588,44 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 	if e, err = r.getLocked(id); err != nil { // deleted while waiting
 		return sandbox.Endpoint{}, err
 	}
-	execd, ok := e.ports[api.ExecdPort]
-	if !ok {
+	if _, ok := e.ports[api.ExecdPort]; !ok {
 		st := e.sb.Status
 		return sandbox.Endpoint{}, sandbox.Coded(sandbox.ErrConflict, api.CodeDockerNetworkModeEndpointUnavailable,
 			fmt.Sprintf("sandbox %s has no published ports (%s: %s)", id, st.State, st.Message))
 	}
-	headers := map[string]string{sandbox.HeaderExecdToken: e.token}
 	if port == sandbox.PortEgress {
 		if ep, ok := r.egressEndpoint(e.ports, e.egressToken); ok {
 			return ep, nil
 		}
 	}
-	switch {
-	case port == api.ExecdPort:
-		return sandbox.Endpoint{Address: r.publicAddr(execd), Headers: headers}, nil
-	case port == sandbox.PortApp && !e.sb.SecureAccess:
-		if app, ok := e.ports[sandbox.PortApp]; ok {
-			return sandbox.Endpoint{Address: r.publicAddr(app)}, nil
-		}
-	}
-	return sandbox.Endpoint{Address: r.publicAddr(execd) + "/proxy/" + strconv.Itoa(port), Headers: headers}, nil
+	return bridgeEndpoint(r.cfg.PublicHost, e.ports, e.token, e.sb.SecureAccess, port), nil
 }
 
-// publicAddr puts the configured public host in front of a published
-// port's host address.
-func (r *Runtime) publicAddr(hostAddr string) string {
+// bridgeEndpoint is the endpoint of port of a sandbox on a bridge network
+// whose published ports are ports (execd's among them), reached at
+// publicHost, with execd token token. The app port (8080) is published
+// and reached directly, unless the sandbox has secure access; every other
+// port, execd's own included, is {publicHost}:{execd's host port}/proxy/{port}
+// with the token: execd forwards /proxy/{port} to the port and serves
+// /proxy/{its own port} itself. Clients check that an endpoint is for the
+// port they asked (host:port, or a path ending in /port), so even execd's
+// endpoint carries the prefix.
+func bridgeEndpoint(publicHost string, ports map[int]string, token string, secure bool, port int) sandbox.Endpoint {
+	if port == sandbox.PortApp && !secure {
+		if app, ok := ports[sandbox.PortApp]; ok {
+			return sandbox.Endpoint{Address: publicAddr(publicHost, app)}
+		}
+	}
+	return sandbox.Endpoint{
+		Address: publicAddr(publicHost, ports[api.ExecdPort]) + "/proxy/" + strconv.Itoa(port),
+		Headers: map[string]string{sandbox.HeaderExecdToken: token},
+	}
+}
+
+// publicAddr puts publicHost in front of a published port's host address.
+func publicAddr(publicHost, hostAddr string) string {
 	_, port := splitHostPort(hostAddr)
-	return joinHostPort(r.cfg.PublicHost, port)
+	return joinHostPort(publicHost, port)
 }
 
 // SetExpiry records a new expiry.

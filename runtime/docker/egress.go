@@ -233,7 +233,7 @@ func (r *Runtime) egressEndpoint(ports map[int]string, token string) (sandbox.En
 		return sandbox.Endpoint{}, false
 	}
 	return sandbox.Endpoint{
-		Address: r.publicAddr(addr) + "/proxy/" + strconv.Itoa(sandbox.PortEgress),
+		Address: publicAddr(r.cfg.PublicHost, addr) + "/proxy/" + strconv.Itoa(sandbox.PortEgress),
 		Headers: map[string]string{api.HeaderEgressAuth: token},
 	}, true
 }

@@ -791,19 +791,27 @@ func (r *Runtime) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbo
 		// sandbox controls), whatever secure access says.
 		return r.egressEndpoint(ctx, id, pod)
 	}
-	ip := pod.Status.PodIP
-	execd := net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))
 	token, err := r.tokenFor(ctx, id)
 	if err != nil {
 		return sandbox.Endpoint{}, err
 	}
+	return podEndpoint(pod.Status.PodIP, token, pod.Annotations[annSecure] == "true", port), nil
+}
+
+// podEndpoint is the endpoint of port of a pod at address ip whose execd
+// token is token: the protocol's direct form {podIP}:{port}, with the
+// token for execd's own port. A pod with secure access has every other
+// port behind execd's forwarder, {podIP}:44772/proxy/{port}, which wants
+// the token too: a path ending in the port, which clients accept as the
+// endpoint of the port they asked.
+func podEndpoint(ip, token string, secure bool, port int) sandbox.Endpoint {
+	execd := net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))
 	headers := map[string]string{sandbox.HeaderExecdToken: token}
 	switch {
 	case port == api.ExecdPort:
-		return sandbox.Endpoint{Address: execd, Headers: headers}, nil
-	case pod.Annotations[annSecure] == "true":
-		// Every port goes through execd's proxy, which wants the token.
-		return sandbox.Endpoint{Address: execd + "/proxy/" + strconv.Itoa(port), Headers: headers}, nil
+		return sandbox.Endpoint{Address: execd, Headers: headers}
+	case secure:
+		return sandbox.Endpoint{Address: execd + "/proxy/" + strconv.Itoa(port), Headers: headers}
 	}
-	return sandbox.Endpoint{Address: net.JoinHostPort(ip, strconv.Itoa(port))}, nil
+	return sandbox.Endpoint{Address: net.JoinHostPort(ip, strconv.Itoa(port))}
 }
