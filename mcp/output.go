@@ -78,14 +78,14 @@ func (c *clip) Write(p []byte) (int, error) {
 func (c *clip) Truncated() bool { return c.runes > c.max || c.full }
 
 // Binary reports whether the stream is not text: it has a NUL byte or
-// bytes that are not UTF-8 (a character cut where the clip dropped bytes
-// aside).
+// bytes that are not UTF-8 (characters cut where the clip dropped bytes
+// aside). It describes the whole stream: call it once writing is done.
 func (c *clip) Binary() bool {
 	if c.nul {
 		return true
 	}
 	if !c.full {
-		return !utf8.Valid(trimPartialRune(append(append([]byte(nil), c.head...), c.tail...), true))
+		return !utf8.Valid(append(append([]byte(nil), c.head...), c.tail...))
 	}
 	ring := c.ring()
 	for len(ring) > 0 && !utf8.RuneStart(ring[0]) {

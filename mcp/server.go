@@ -408,6 +408,9 @@ func inputSchema[T any](patches ...schemaPatch) *jsonschema.Schema {
 	if err != nil {
 		panic(fmt.Sprintf("schema of %v: %v", reflect.TypeFor[T](), err))
 	}
+	if sc.Properties == nil {
+		sc.Properties = map[string]*jsonschema.Schema{}
+	}
 	one := 1
 	for _, name := range sc.Required {
 		if p := sc.Properties[name]; p != nil && p.Type == "string" {
