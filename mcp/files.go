@@ -72,7 +72,7 @@ type WriteOutput struct {
 
 type listDirInput struct {
 	SandboxArg
-	Path  string `json:"path" jsonschema:"absolute path of the directory"`
+	Path   string `json:"path" jsonschema:"absolute path of the directory"`
 	Depth  int    `json:"depth,omitempty" jsonschema:"levels to descend: 1 lists the directory's own entries"`
 	Offset int    `json:"offset,omitempty" jsonschema:"entries to skip: next_offset of the previous call, to read the next page"`
 }
