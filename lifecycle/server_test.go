@@ -294,7 +294,7 @@ func TestLimits(t *testing.T) {
 	if l.MinTimeoutSeconds != 30 || l.MaxTimeoutSeconds == nil || *l.MaxTimeoutSeconds != 7200 || !l.NoExpiryAllowed {
 		t.Fatalf("limits %+v", l)
 	}
-	e.call("POST", "/v1/sandboxes", strings.Replace(validCreate, `"timeout":600`, `"timeout":7201`, 1)).wantError(t, 400, "SANDBOX::INVALID_PARAMETER")
+	e.call("POST", "/v1/sandboxes", strings.Replace(validCreate, `"timeout":600`, `"timeout":7201`, 1)).wantError(t, 400, api.CodeSandboxInvalidParameter)
 	unbounded, _ := newEnv(t)
 	if r := unbounded.call("GET", "/limits", "").wantStatus(t, 200); strings.TrimSpace(string(r.body)) != `{"minTimeoutSeconds":60,"noExpiryAllowed":true}` {
 		t.Fatalf("limits without a maximum: %s", r.body)
