@@ -33,6 +33,10 @@ type clip struct {
 	bytes int64
 	lines int64 // newlines written
 	nul   bool  // a NUL byte was written
+	// invalid: bytes that are not UTF-8 were written; carry holds the
+	// start of a character whose end has not been written yet.
+	invalid bool
+	carry   []byte
 }
 
 // newClip returns a clip keeping max characters; max <= 0 means
@@ -51,6 +55,7 @@ func (c *clip) Write(p []byte) (int, error) {
 	c.runes += runeStarts(p)
 	c.lines += int64(bytes.Count(p, []byte{'\n'}))
 	c.nul = c.nul || bytes.IndexByte(p, 0) >= 0
+	c.checkText(p)
 	limit := 4 * c.max // a character is at most 4 bytes
 	if room := limit - len(c.head); room > 0 {
 		k := min(room, len(p))
@@ -78,20 +83,36 @@ func (c *clip) Write(p []byte) (int, error) {
 func (c *clip) Truncated() bool { return c.runes > c.max || c.full }
 
 // Binary reports whether the stream is not text: it has a NUL byte or
-// bytes that are not UTF-8 (characters cut where the clip dropped bytes
-// aside). It describes the whole stream: call it once writing is done.
-func (c *clip) Binary() bool {
-	if c.nul {
-		return true
+// bytes that are not UTF-8, wherever they were, dropped bytes included.
+// It describes the whole stream: call it once writing is done.
+func (c *clip) Binary() bool { return c.nul || c.invalid || len(c.carry) > 0 }
+
+// checkText follows the UTF-8 validity of the stream across writes; a
+// character split between two writes is carried to the next.
+func (c *clip) checkText(p []byte) {
+	if c.invalid {
+		return
 	}
-	if !c.full {
-		return !utf8.Valid(append(append([]byte(nil), c.head...), c.tail...))
+	if len(c.carry) > 0 {
+		buf := append(c.carry, p[:min(len(p), utf8.UTFMax-len(c.carry))]...)
+		if !utf8.FullRune(buf) {
+			c.carry = buf
+			return
+		}
+		r, size := utf8.DecodeRune(buf)
+		if r == utf8.RuneError && size <= 1 {
+			c.invalid = true
+			return
+		}
+		p = p[size-len(c.carry):]
+		c.carry = c.carry[:0]
 	}
-	ring := c.ring()
-	for len(ring) > 0 && !utf8.RuneStart(ring[0]) {
-		ring = ring[1:] // a character cut by the bytes dropped before
+	whole := trimPartialRune(p, true)
+	if !utf8.Valid(whole) {
+		c.invalid = true
+		return
 	}
-	return !utf8.Valid(trimPartialRune(c.head, true)) || !utf8.Valid(ring)
+	c.carry = append(c.carry[:0], p[len(whole):]...)
 }
 
 // ring is the tail in order, once it has wrapped.
