@@ -27,7 +27,7 @@ type runInput struct {
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, which must exist; default: the sandbox's"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this command"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds"`
-	MaxOutputChars int               `json:"max_output_chars,omitempty" jsonschema:"output budget: characters kept of stdout and of stderr; longer output keeps its first and last lines around a note of the lines and bytes left out"`
+	MaxOutputChars int               `json:"max_output_chars,omitempty" jsonschema:"output budget in characters: stdout and stderr are each cut to it, keeping their first and last lines around a note of the lines and bytes left out, and an answer with both long is cut to it as a whole the same way"`
 }
 
 // RunOutput is how a command ended and what it printed.
