@@ -35,8 +35,9 @@ type clip struct {
 	nul   bool  // a NUL byte was written
 	// invalid: bytes that are not UTF-8 were written; carry holds the
 	// start of a character whose end has not been written yet.
-	invalid bool
-	carry   []byte
+	invalid  bool
+	carry    []byte
+	replaced int // U+FFFD characters written
 }
 
 // newClip returns a clip keeping max characters; max <= 0 means
@@ -56,6 +57,7 @@ func (c *clip) Write(p []byte) (int, error) {
 	c.lines += int64(bytes.Count(p, []byte{'\n'}))
 	c.nul = c.nul || bytes.IndexByte(p, 0) >= 0
 	c.checkText(p)
+	c.replaced += bytes.Count(p, []byte("\uFFFD")) // a U+FFFD split between writes is missed: a heuristic
 	limit := 4 * c.max // a character is at most 4 bytes
 	if room := limit - len(c.head); room > 0 {
 		k := min(room, len(p))
@@ -84,8 +86,13 @@ func (c *clip) Truncated() bool { return c.runes > c.max || c.full }
 
 // Binary reports whether the stream is not text: it has a NUL byte or
 // bytes that are not UTF-8, wherever they were, dropped bytes included.
+// Output that reached us through JSON has had its invalid bytes replaced
+// by U+FFFD already, so a stream of which 1% or more is U+FFFD counts as
+// binary too.
 // It describes the whole stream: call it once writing is done.
-func (c *clip) Binary() bool { return c.nul || c.invalid || len(c.carry) > 0 }
+func (c *clip) Binary() bool {
+	return c.nul || c.invalid || len(c.carry) > 0 || c.replaced > 0 && c.replaced*100 >= c.runes
+}
 
 // checkText follows the UTF-8 validity of the stream across writes; a
 // character split between two writes is carried to the next.
@@ -173,7 +180,7 @@ func (c *clip) String() string {
 
 // binaryNote describes output that is not text.
 func binaryNote(n int64) string {
-	return fmt.Sprintf("[binary output: %d bytes, not shown (not UTF-8 text). Redirect it to a file (command > /tmp/out.bin) and read it with file_read encoding base64, or look at it with xxd or od]", n)
+	return fmt.Sprintf("[binary output: not shown (not UTF-8 text; %d bytes received). Redirect it to a file (command > /tmp/out.bin) and read it with file_read encoding base64, or look at it with xxd or od]", n)
 }
 
 // runeStarts counts the bytes of b that start a character, as Write

@@ -86,8 +86,20 @@ func TestClipBinary(t *testing.T) {
 	c.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0})
 	c.Write(make([]byte, 5000))
 	got := c.String()
-	if !c.Binary() || !strings.Contains(got, "binary output: 5019 bytes") || !strings.Contains(got, "file_read") || strings.ContainsRune(got, '\uFFFD') {
+	if !c.Binary() || !strings.Contains(got, "5019 bytes received") || !strings.Contains(got, "file_read") || strings.ContainsRune(got, '\uFFFD') {
 		t.Fatalf("binary stream: %q", got)
+	}
+	// Invalid bytes replaced on the way (JSON carries only UTF-8) still
+	// read as binary; a stray replacement character in text does not.
+	c = newClip(100)
+	c.Write([]byte("ELF" + strings.Repeat("\uFFFDa", 50)))
+	if !c.Binary() {
+		t.Fatal("output of replacement characters read as text")
+	}
+	c = newClip(100)
+	c.Write([]byte(strings.Repeat("a log line\n", 100) + "\uFFFD\n"))
+	if c.Binary() {
+		t.Fatal("text with one replacement character read as binary")
 	}
 	// A character cut by the limit is not binary.
 	c = newClip(10)

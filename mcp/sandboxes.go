@@ -290,7 +290,7 @@ func (s *Server) getInfo(ctx context.Context, id, prefix string) (*gomcp.CallToo
 func sandboxText(info SandboxInfo, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sandbox %s: %s", info.SandboxID, info.State)
-	if info.Reason != "" || info.Message != "" {
+	if info.State != sdk.StateRunning && (info.Reason != "" || info.Message != "") {
 		fmt.Fprintf(&b, " (%s)", strings.TrimSpace(info.Reason+" "+info.Message))
 	}
 	if info.Image != "" {
