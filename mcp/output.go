@@ -58,7 +58,7 @@ func (c *clip) Write(p []byte) (int, error) {
 	c.nul = c.nul || bytes.IndexByte(p, 0) >= 0
 	c.checkText(p)
 	c.replaced += bytes.Count(p, []byte("\uFFFD")) // a U+FFFD split between writes is missed: a heuristic
-	limit := 4 * c.max // a character is at most 4 bytes
+	limit := 4 * c.max                             // a character is at most 4 bytes
 	if room := limit - len(c.head); room > 0 {
 		k := min(room, len(p))
 		c.head = append(c.head, p[:k]...)
