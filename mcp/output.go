@@ -57,8 +57,10 @@ func (c *clip) Write(p []byte) (int, error) {
 	c.lines += int64(bytes.Count(p, []byte{'\n'}))
 	c.nul = c.nul || bytes.IndexByte(p, 0) >= 0
 	c.checkText(p)
-	c.replaced += bytes.Count(p, []byte("\uFFFD")) // a U+FFFD split between writes is missed: a heuristic
-	limit := 4 * c.max                             // a character is at most 4 bytes
+	// A U+FFFD split between two writes is missed: Binary's use of the
+	// count is a heuristic anyway.
+	c.replaced += bytes.Count(p, []byte("\uFFFD"))
+	limit := 4 * c.max // a character is at most 4 bytes
 	if room := limit - len(c.head); room > 0 {
 		k := min(room, len(p))
 		c.head = append(c.head, p[:k]...)
@@ -86,7 +88,7 @@ func (c *clip) Truncated() bool { return c.runes > c.max || c.full }
 
 // Binary reports whether the stream is not text: it has a NUL byte or
 // bytes that are not UTF-8, wherever they were, dropped bytes included.
-// Output that reached us through JSON has had its invalid bytes replaced
+// Output that reached osb mcp through JSON had its invalid bytes replaced
 // by U+FFFD already, so a stream of which 1% or more is U+FFFD counts as
 // binary too.
 // It describes the whole stream: call it once writing is done.
