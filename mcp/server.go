@@ -231,7 +231,7 @@ type SandboxArg struct {
 func (a SandboxArg) sandbox() string { return a.SandboxID }
 
 // handler is a tool's function: it returns the result (nil for the
-// default, the output as JSON text) and the structured output.
+// default, the output as indented JSON text) and the structured output.
 type handler[In, Out any] func(ctx context.Context, in In) (*gomcp.CallToolResult, Out, error)
 
 // add registers a tool whose input schema comes from In, adjusted by
@@ -270,11 +270,18 @@ func add[In, Out any](s *Server, t *gomcp.Tool, h handler[In, Out], patches ...s
 			return nil, zero, errors.New(s.explain(err, id))
 		}
 		fillNil(reflect.ValueOf(&out).Elem())
-		if res != nil {
-			for _, c := range res.Content {
-				if tc, ok := c.(*gomcp.TextContent); ok {
-					tc.Text = budgetText(tc.Text, budget)
-				}
+		if res == nil {
+			// The default text, the result as JSON, one field a line so
+			// that the budget can cut it at lines.
+			b, err := json.MarshalIndent(out, "", " ")
+			if err != nil {
+				return nil, zero, fmt.Errorf("internal error in %s: %v", t.Name, err)
+			}
+			res = text(string(b))
+		}
+		for _, c := range res.Content {
+			if tc, ok := c.(*gomcp.TextContent); ok {
+				tc.Text = budgetText(tc.Text, budget)
 			}
 		}
 		return res, out, nil
