@@ -217,6 +217,21 @@ type Health struct {
 	Version string `json:"version,omitempty"`
 }
 
+// Limits is the body of GET /limits, an extension of this server (not in
+// the OpenSandbox protocol): the bounds it puts on what clients ask, so
+// that a client can state them before a request is refused.
+type Limits struct {
+	// MinTimeoutSeconds is the smallest timeout a create accepts.
+	MinTimeoutSeconds int64 `json:"minTimeoutSeconds"`
+	// MaxTimeoutSeconds is the largest timeout a create accepts, and how
+	// far ahead a renewal may move an expiry; absent when there is no
+	// bound.
+	MaxTimeoutSeconds *int64 `json:"maxTimeoutSeconds,omitempty"`
+	// NoExpiryAllowed: a create with timeout null (or left out) makes a
+	// sandbox that lives until it is deleted.
+	NoExpiryAllowed bool `json:"noExpiryAllowed"`
+}
+
 // PoolTemplate is what a warm pool's sandboxes are made from, on Docker:
 // the create request's image, entrypoint, env and resourceLimits.
 type PoolTemplate struct {

@@ -175,7 +175,7 @@ func mcpTour(t *testing.T, ctx context.Context, cs *mcp.ClientSession, lifetime 
 		t.Errorf("failing command: %+v\n%s", run, text)
 	}
 	text = mcpOK(t, ctx, cs, "command_run", map[string]any{"sandbox_id": id, "command": "yes abcdefghi | head -n 100000"}, &run)
-	if !run.StdoutTruncated || !strings.Contains(text, "[... 980000 characters omitted ...]") || len(run.Stdout) > 21000 {
+	if !run.StdoutTruncated || !strings.Contains(text, "[... 98000 lines (980000 bytes) omitted ...]") || len(run.Stdout) > 21000 {
 		t.Errorf("big output: truncated %v, %d characters kept; text ends %q", run.StdoutTruncated, len(run.Stdout), text[max(0, len(text)-200):])
 	}
 

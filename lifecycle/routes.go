@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 )
@@ -20,6 +21,7 @@ func (s *Server) routes() {
 	}{
 		{"GET", "/health", s.health},
 		{"GET", "/metrics", s.serveMetrics},
+		{"GET", "/limits", s.limits},
 
 		{"POST", "/sandboxes", s.createSandbox},
 		{"GET", "/sandboxes", s.listSandboxes},
@@ -74,6 +76,17 @@ func (s *Server) routes() {
 // version when it has one.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.Health{Status: "healthy", Version: s.cfg.Version})
+}
+
+// limits answers GET /limits with the timeout bounds createSandbox and
+// renewals enforce (expiryOf, Manager.Renew).
+func (s *Server) limits(w http.ResponseWriter, r *http.Request) error {
+	l := api.Limits{MinTimeoutSeconds: int64(s.cfg.MinTimeout / time.Second), NoExpiryAllowed: true}
+	if s.cfg.MaxTimeout > 0 {
+		maxSec := int64(s.cfg.MaxTimeout / time.Second)
+		l.MaxTimeoutSeconds = &maxSec
+	}
+	return writeJSON(w, http.StatusOK, l)
 }
 
 // serveMetrics answers GET /metrics with the Prometheus text format;

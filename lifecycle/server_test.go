@@ -285,6 +285,23 @@ func TestHealthVersion(t *testing.T) {
 	}
 }
 
+// TestLimits: GET /limits answers the timeout bounds the server enforces,
+// and leaves the maximum out when there is none.
+func TestLimits(t *testing.T) {
+	e, _ := newEnv(t, func(c *Config) { c.MinTimeout, c.MaxTimeout = 30*time.Second, 2*time.Hour })
+	var l api.Limits
+	e.call("GET", "/v1/limits", "").wantStatus(t, 200).decode(t, &l)
+	if l.MinTimeoutSeconds != 30 || l.MaxTimeoutSeconds == nil || *l.MaxTimeoutSeconds != 7200 || !l.NoExpiryAllowed {
+		t.Fatalf("limits %+v", l)
+	}
+	e.call("POST", "/v1/sandboxes", strings.Replace(validCreate, `"timeout":600`, `"timeout":7201`, 1)).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	unbounded, _ := newEnv(t)
+	if r := unbounded.call("GET", "/limits", "").wantStatus(t, 200); strings.TrimSpace(string(r.body)) != `{"minTimeoutSeconds":60,"noExpiryAllowed":true}` {
+		t.Fatalf("limits without a maximum: %s", r.body)
+	}
+	e.call("GET", "/limits", "", api.HeaderAPIKey, "").wantError(t, 401, "MISSING_API_KEY")
+}
+
 func TestAuth(t *testing.T) {
 	e, _ := newEnv(t)
 	for _, prefix := range []string{"", "/v1"} {

@@ -42,7 +42,7 @@ type codeInput struct {
 	Language       string `json:"language,omitempty" jsonschema:"python, javascript or bash"`
 	ContextID      string `json:"context_id,omitempty" jsonschema:"run in this context (from code_context_create); default: the language's default context, shared by every call without context_id"`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"interrupt the run after this many seconds; the context stays usable"`
-	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"characters kept of stdout, of stderr and of each result; longer ones keep their start and end"`
+	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"characters kept of stdout, of stderr and of each result; longer ones keep their first and last lines"`
 }
 
 // CodeOutput is the outcome of a code run. Images are returned as image
@@ -119,8 +119,7 @@ For a fresh, separate interpreter create one with code_context_create and pass i
 		Annotations: &gomcp.ToolAnnotations{Title: "Run code", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
 	}, s.runCode,
 		enum("language", codeLanguages...), defaultValue("language", `"python"`),
-		between("timeout_seconds", 1, maxCodeTimeout), defaultValue("timeout_seconds", fmt.Sprint(defaultCodeTimeout)),
-		maxOutputPatch(), defaultValue("max_output_chars", fmt.Sprint(s.cfg.MaxOutput)))
+		between("timeout_seconds", 1, maxCodeTimeout), defaultValue("timeout_seconds", fmt.Sprint(defaultCodeTimeout)))
 
 	add(s, &gomcp.Tool{
 		Name:        "code_context_create",

@@ -27,7 +27,7 @@ type runInput struct {
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, which must exist; default: the sandbox's"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables added for this command"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds"`
-	MaxOutputChars int               `json:"max_output_chars,omitempty" jsonschema:"characters kept of stdout and of stderr each; longer output keeps its start and end"`
+	MaxOutputChars int               `json:"max_output_chars,omitempty" jsonschema:"output budget in characters: stdout and stderr are each cut to it, keeping their first and last lines around a note of the lines and bytes left out, and an answer with both long is cut to it as a whole the same way"`
 }
 
 // RunOutput is how a command ended and what it printed.
@@ -37,6 +37,8 @@ type RunOutput struct {
 	Stderr          string `json:"stderr"`
 	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	StdoutBinary    bool   `json:"stdout_binary,omitempty" jsonschema:"stdout is not text (NUL bytes or not UTF-8) and is described, not shown: redirect it to a file and read it with file_read"`
+	StderrBinary    bool   `json:"stderr_binary,omitempty" jsonschema:"stderr is not text and is described, not shown"`
 	TimedOut        bool   `json:"timed_out,omitempty" jsonschema:"the command was killed because timeout_seconds passed"`
 	Signal          string `json:"signal,omitempty" jsonschema:"the signal that killed the command, when one did"`
 	Error           string `json:"error,omitempty" jsonschema:"why the command could not run, when it could not"`
@@ -61,7 +63,7 @@ type logsInput struct {
 	CommandID      string `json:"command_id" jsonschema:"id returned by command_start"`
 	Cursor         int64  `json:"cursor,omitempty" jsonschema:"byte offset in the output to read from: 0 for all of it, or next_cursor of the previous call for what is new"`
 	WaitSeconds    int    `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds for the command to end before reading; 0 reads at once"`
-	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"characters of output kept; longer output keeps its start and end"`
+	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"output budget: characters of output kept; longer output keeps its first and last lines around a note of the lines and bytes left out"`
 }
 
 // LogsOutput is a background command's output and state.
@@ -72,6 +74,7 @@ type LogsOutput struct {
 	Error      string `json:"error,omitempty"`
 	Output     string `json:"output" jsonschema:"stdout and stderr as they were interleaved"`
 	Truncated  bool   `json:"truncated,omitempty"`
+	Binary     bool   `json:"binary,omitempty" jsonschema:"the output is not text (NUL bytes or not UTF-8) and is described, not shown"`
 	NextCursor int64  `json:"next_cursor" jsonschema:"pass as cursor to read only newer output"`
 }
 
@@ -113,12 +116,11 @@ func (s *Server) addCommandTools() {
 		Name: "command_run",
 		Description: `Run a shell command in a sandbox and wait for it to end. Returns its exit code, stdout and stderr.
 Each call is a new shell: cd and variables do not carry over (use cwd and env, or chain with &&). Stdin is empty: a command that reads input gets end-of-file at once.
-Output longer than max_output_chars keeps its start and end with a note of what was left out; redirect big output to a file and read parts of it with file_read.
+Output longer than max_output_chars keeps its first and last lines with a note of how many lines and bytes were left out; redirect big output to a file and read parts of it with file_read. Binary output (not UTF-8 text) is described by its size, not shown.
 For servers and other long-running work use command_start instead.`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Run command", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
 	}, s.runCommand,
-		between("timeout_seconds", 1, maxCommandTimeout), defaultValue("timeout_seconds", fmt.Sprint(defaultCommandTimeout)),
-		maxOutputPatch(), defaultValue("max_output_chars", fmt.Sprint(s.cfg.MaxOutput)))
+		between("timeout_seconds", 1, maxCommandTimeout), defaultValue("timeout_seconds", fmt.Sprint(defaultCommandTimeout)))
 
 	add(s, &gomcp.Tool{
 		Name: "command_start",
@@ -133,8 +135,7 @@ Use it for servers, watchers and long builds. Read its output and exit code with
 Pass next_cursor back as cursor to get only new output. wait_seconds waits for the command to end first (useful for builds).`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Read command logs", ReadOnlyHint: true},
 	}, s.commandLogs,
-		between("wait_seconds", 0, maxLogsWait), between("cursor", 0, 1<<53),
-		maxOutputPatch(), defaultValue("max_output_chars", fmt.Sprint(s.cfg.MaxOutput)))
+		between("wait_seconds", 0, maxLogsWait), between("cursor", 0, 1<<53))
 
 	add(s, &gomcp.Tool{
 		Name:        "command_stop",
@@ -189,7 +190,8 @@ func (s *Server) runCommand(ctx context.Context, in runInput) (*gomcp.CallToolRe
 		return nil, RunOutput{}, err
 	}
 	out := RunOutput{ExitCode: res.ExitCode, Stdout: stdout.String(), Stderr: stderr.String(),
-		StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(), Signal: res.Signal(),
+		StdoutTruncated: stdout.Truncated(), StderrTruncated: stderr.Truncated(),
+		StdoutBinary: stdout.Binary(), StderrBinary: stderr.Binary(), Signal: res.Signal(),
 		DurationMS: time.Since(start).Milliseconds()}
 	if res.ExitCode == -1 && time.Since(start) >= timeout {
 		out.TimedOut = true
@@ -230,8 +232,8 @@ func runText(o RunOutput, timeout time.Duration) string {
 	if o.Error != "" {
 		fmt.Fprintf(&b, "error: %s\n", o.Error)
 	}
-	section(&b, "stdout", o.Stdout, o.StdoutTruncated)
-	section(&b, "stderr", o.Stderr, o.StderrTruncated)
+	section(&b, "stdout", o.Stdout, o.StdoutTruncated && !o.StdoutBinary)
+	section(&b, "stderr", o.Stderr, o.StderrTruncated && !o.StderrBinary)
 	return strings.TrimRight(b.String(), "\n")
 }
 
@@ -246,7 +248,7 @@ func section(b *strings.Builder, name, body string, truncated bool) {
 	}
 	note := ""
 	if truncated {
-		note = " (truncated: start and end kept)"
+		note = " (truncated: first and last lines kept)"
 	}
 	fmt.Fprintf(b, "--- %s%s ---\n%s", name, note, body)
 	if !strings.HasSuffix(body, "\n") {
@@ -308,7 +310,7 @@ func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallTool
 		c.Write(hb.pending)
 	}
 	out := LogsOutput{CommandID: in.CommandID, Running: st.Running, ExitCode: st.ExitCode, Error: st.Error,
-		Output: c.String(), Truncated: c.Truncated(), NextCursor: next}
+		Output: c.String(), Truncated: c.Truncated(), Binary: c.Binary(), NextCursor: next}
 	var b strings.Builder
 	if out.Running {
 		b.WriteString("status: running")
@@ -325,7 +327,7 @@ func (s *Server) commandLogs(ctx context.Context, in logsInput) (*gomcp.CallTool
 	if out.Output == "" {
 		b.WriteString("output: (none new)")
 	} else {
-		section(&b, "output", out.Output, out.Truncated)
+		section(&b, "output", out.Output, out.Truncated && !out.Binary)
 	}
 	return text(strings.TrimRight(b.String(), "\n")), out, nil
 }

@@ -101,7 +101,8 @@ func TestEgressTools(t *testing.T) {
 	wantToolError(t, cs, "egress_allow", with("bad..name"), "bad..name", "fix the arguments", "HTTP 400")
 	wantToolError(t, cs, "egress_allow", with("a.test", "b.test", "c.test", "d.test", "e.test"), "too many rules: 5, the limit is 4", "HTTP 413")
 	// Mistakes caught before any call.
-	wantToolError(t, cs, "egress_allow", with(), "targets is empty")
+	wantToolError(t, cs, "egress_allow", with(), "targets is null")
+	wantToolError(t, cs, "egress_allow", map[string]any{"sandbox_id": "sb-egress", "targets": []string{}}, "targets is empty")
 	wantToolError(t, cs, "egress_deny", with("https://pypi.test/simple"), "no scheme")
 	wantToolError(t, cs, "egress_get", map[string]any{"sandbox_id": "a/b"}, "not a sandbox id")
 	// A sandbox without a policy, and one that does not exist.

@@ -230,6 +230,7 @@ var (
 	ratRE      = regexp.MustCompile(`\b(-?\d+)/1\b`)
 	wholeRE    = regexp.MustCompile(`\b(\d+)\.0+\b`)
 	validateRE = regexp.MustCompile(`^validating "arguments": (validating root: )?`)
+	nullRE     = regexp.MustCompile(`: type: <invalid reflect.Value> has type "null", want "(\w+)"`)
 )
 
 // tidyValidation rewrites one validation message; others pass as they
@@ -245,5 +246,6 @@ func tidyValidation(msg string) string {
 	msg = strings.Replace(msg, "unexpected additional properties", "unknown arguments", 1)
 	msg = strings.Replace(msg, "required: missing properties:", "missing required arguments:", 1)
 	msg = strings.Replace(msg, `minLength: "" contains 0 Unicode code points, fewer than 1`, "must not be empty", 1)
+	msg = nullRE.ReplaceAllString(msg, " is null: leave it out, or give a value of type $1")
 	return "invalid arguments: " + msg + ". Check the tool's input schema."
 }

@@ -40,8 +40,8 @@ type readInput struct {
 	Path     string `json:"path" jsonschema:"absolute path of the file in the sandbox"`
 	Offset   int64  `json:"offset,omitempty" jsonschema:"byte offset to start reading at, to read a big file in parts"`
 	Line     int64  `json:"line,omitempty" jsonschema:"read whole lines of a text file from this line (1 is the first); instead of offset"`
-	Lines    int64  `json:"lines,omitempty" jsonschema:"read at most this many lines (from line, or from line 1); default: as many as max_bytes holds"`
-	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes are read"`
+	Lines    int64  `json:"lines,omitempty" jsonschema:"read at most this many lines (from line, or from line 1); default: as many as max_bytes and max_output_chars hold"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes are read; text and base64 are bounded by max_output_chars too"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"auto: text as text, PNG/JPEG/GIF/WebP as an image, other binary files described but not shown; text: always as text; base64: the bytes in base64"`
 }
 
@@ -77,14 +77,16 @@ type WriteOutput struct {
 
 type listDirInput struct {
 	SandboxArg
-	Path  string `json:"path" jsonschema:"absolute path of the directory"`
-	Depth int    `json:"depth,omitempty" jsonschema:"levels to descend: 1 lists the directory's own entries"`
+	Path   string `json:"path" jsonschema:"absolute path of the directory"`
+	Depth  int    `json:"depth,omitempty" jsonschema:"levels to descend: 1 lists the directory's own entries"`
+	Offset int    `json:"offset,omitempty" jsonschema:"entries to skip: next_offset of the previous call, to read the next page"`
 }
 
 type searchInput struct {
 	SandboxArg
 	Path    string `json:"path" jsonschema:"absolute path of the directory to search under"`
 	Pattern string `json:"pattern" jsonschema:"glob matched against file names, such as *.py; with a / it is matched against the path under path, and ** crosses directories (src/**/*.go)"`
+	Offset  int    `json:"offset,omitempty" jsonschema:"matches to skip: next_offset of the previous call, to read the next page"`
 }
 
 // FileEntry is one file or directory.
@@ -96,11 +98,13 @@ type FileEntry struct {
 	ModifiedAt time.Time `json:"modified_at"`
 }
 
-// ListDirOutput is the entries of a listing or search.
+// ListDirOutput is one page of the entries of a listing or search.
 type ListDirOutput struct {
-	Entries   []FileEntry `json:"entries"`
-	Total     int         `json:"total"`
-	Truncated bool        `json:"truncated,omitempty" jsonschema:"more entries exist than were returned"`
+	Entries    []FileEntry `json:"entries" jsonschema:"this page's entries"`
+	Total      int         `json:"total" jsonschema:"entries in the whole listing"`
+	Offset     int         `json:"offset" jsonschema:"entries skipped before this page"`
+	Truncated  bool        `json:"truncated,omitempty" jsonschema:"more entries follow this page"`
+	NextOffset int         `json:"next_offset,omitempty" jsonschema:"pass as offset to read the next page, when truncated"`
 }
 
 type moveInput struct {
@@ -211,7 +215,7 @@ func (s *Server) addFileTools() {
 	add(s, &gomcp.Tool{
 		Name: "file_read",
 		Description: `Read a file of a sandbox. Text comes back as text; PNG, JPEG, GIF and WebP images as images; other binary files are described unless encoding is base64.
-At most max_bytes are read from offset: for a bigger file the result says so and gives next_offset to read on.
+At most max_bytes are read from offset, and text no longer than max_output_chars: for a bigger file the result says so and gives next_offset to read on.
 To page through a text file by lines, pass line (1-based) and lines instead of offset: whole lines come back, and when more follow the result gives next_line to pass as line. To look for something in a large file, command_run with grep is often better.`,
 		Annotations: &gomcp.ToolAnnotations{Title: "Read file", ReadOnlyHint: true},
 	}, s.readFile,
@@ -229,15 +233,15 @@ For binary content pass it in base64 with encoding base64. The content travels i
 
 	add(s, &gomcp.Tool{
 		Name:        "file_list",
-		Description: fmt.Sprintf("List a directory of a sandbox: each entry's type, size, mode, modification time and path. depth > 1 descends into subdirectories. At most %d entries are returned.", maxListEntries),
+		Description: fmt.Sprintf("List a directory of a sandbox: each entry's type, size, mode, modification time and path. depth > 1 descends into subdirectories. Entries come in pages (at most %d, and as many as fit max_output_chars); a page that is not the last says so and gives next_offset to pass as offset.", maxListEntries),
 		Annotations: &gomcp.ToolAnnotations{Title: "List directory", ReadOnlyHint: true},
-	}, s.listDir, between("depth", 1, 20), defaultValue("depth", "1"))
+	}, s.listDir, between("depth", 1, 20), defaultValue("depth", "1"), between("offset", 0, 1<<31))
 
 	add(s, &gomcp.Tool{
 		Name:        "file_search",
-		Description: fmt.Sprintf("Find files under a directory of a sandbox by a glob on their names (*.py) or paths (src/**/test_*.py). Searches names, not contents: for contents use command_run with grep. At most %d matches are returned.", maxListEntries),
+		Description: fmt.Sprintf("Find files under a directory of a sandbox by a glob on their names (*.py) or paths (src/**/test_*.py). Searches names, not contents: for contents use command_run with grep. Matches come in pages (at most %d, and as many as fit max_output_chars); a page that is not the last says so and gives next_offset to pass as offset.", maxListEntries),
 		Annotations: &gomcp.ToolAnnotations{Title: "Search files", ReadOnlyHint: true},
-	}, s.searchFiles)
+	}, s.searchFiles, between("offset", 0, 1<<31))
 
 	add(s, &gomcp.Tool{
 		Name:        "file_move",
@@ -304,6 +308,14 @@ func (s *Server) readFile(ctx context.Context, in readInput) (*gomcp.CallToolRes
 			kind = "binary"
 		}
 	}
+	// Text and base64 travel as text: the call's output budget bounds
+	// them (an image goes as image content, whole).
+	switch kind {
+	case "text":
+		data = data[:min(len(data), budget(ctx))]
+	case "base64":
+		data = data[:min(len(data), budget(ctx)/4*3)]
+	}
 	if kind == "text" {
 		data = trimPartialRune(data, in.Offset+int64(len(data)) < info.Size)
 	}
@@ -351,7 +363,9 @@ func (in readInput) byLines() bool { return in.Line != 0 || in.Lines != 0 }
 // at the line after it.
 func readLines(ctx context.Context, sb *sdk.Sandbox, in readInput, info api.FileInfo) (*gomcp.CallToolResult, ReadOutput, error) {
 	start := max(in.Line, 1)
-	budget := cmpInt(in.MaxBytes, defaultReadBytes)
+	// Whole lines within max_bytes and within the call's output budget
+	// (a character is at least a byte, so the bytes bound the characters).
+	limit := min(cmpInt(in.MaxBytes, defaultReadBytes), budget(ctx))
 	var ask int64 // 0: to the end of the file
 	if in.Lines > 0 && in.Lines < 1<<62 {
 		ask = in.Lines + 1
@@ -361,7 +375,7 @@ func readLines(ctx context.Context, sb *sdk.Sandbox, in readInput, info api.File
 		return nil, ReadOutput{}, err
 	}
 	defer fr.Close()
-	data, err := io.ReadAll(io.LimitReader(fr, int64(budget)+1))
+	data, err := io.ReadAll(io.LimitReader(fr, int64(limit)+1))
 	if err != nil {
 		return nil, ReadOutput{}, fmt.Errorf("read %s: %w", in.Path, err)
 	}
@@ -373,7 +387,7 @@ func readLines(ctx context.Context, sb *sdk.Sandbox, in readInput, info api.File
 		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
 			next = end + i + 1
 		}
-		if next > budget {
+		if next > limit {
 			break
 		}
 		end, n = next, n+1
@@ -385,9 +399,9 @@ func readLines(ctx context.Context, sb *sdk.Sandbox, in readInput, info api.File
 	switch {
 	case n == 0 && more:
 		// The first line alone is longer than the budget.
-		kept = trimPartialRune(data[:min(len(data), budget)], true)
+		kept = trimPartialRune(data[:min(len(data), limit)], true)
 		n = 1
-		note = fmt.Sprintf("\n[... line %d is longer than max_bytes %d and was cut; call file_read with line %d to read on, or read the line by offset ...]", start, budget, start+1)
+		note = fmt.Sprintf("\n[... line %d is longer than %d bytes (max_bytes or max_output_chars) and was cut; call file_read with line %d to read on, or read the line by offset ...]", start, limit, start+1)
 	case more:
 		note = fmt.Sprintf("\n[... more lines follow; call file_read with line %d to read on ...]", start+n)
 	case n == 0 && start > 1:
@@ -492,8 +506,8 @@ func (s *Server) listDir(ctx context.Context, in listDirInput) (*gomcp.CallToolR
 	if err != nil {
 		return nil, ListDirOutput{}, err
 	}
-	out := entries(infos)
-	return text(listingText(out, "empty directory")), out, nil
+	out, txt := listing(infos, in.Offset, budget(ctx), "file_list", "empty directory")
+	return text(txt), out, nil
 }
 
 func (s *Server) searchFiles(ctx context.Context, in searchInput) (*gomcp.CallToolResult, ListDirOutput, error) {
@@ -505,42 +519,53 @@ func (s *Server) searchFiles(ctx context.Context, in searchInput) (*gomcp.CallTo
 	if err != nil {
 		return nil, ListDirOutput{}, err
 	}
-	out := entries(infos)
-	return text(listingText(out, "no files match")), out, nil
+	out, txt := listing(infos, in.Offset, budget(ctx), "file_search", "no files match")
+	return text(txt), out, nil
 }
 
-// entries converts a listing, keeping at most maxListEntries.
-func entries(infos []api.FileInfo) ListDirOutput {
-	out := ListDirOutput{Entries: make([]FileEntry, 0, min(len(infos), maxListEntries)), Total: len(infos)}
-	for i, fi := range infos {
-		if i == maxListEntries {
-			out.Truncated = true
+// listing is the page of infos from offset that fits budget characters
+// of text (at most maxListEntries), as structured content and as compact
+// lines (type, mode, size, time, path; directories with a trailing /)
+// ending in how to read the next page. The structured content holds the
+// same page only.
+func listing(infos []api.FileInfo, offset, budget int, tool, empty string) (ListDirOutput, string) {
+	out := ListDirOutput{Entries: []FileEntry{}, Total: len(infos), Offset: offset}
+	var b strings.Builder
+	chars := 0
+	const footerRoom = 200 // for the line saying how to read on
+	for i := offset; i < len(infos); i++ {
+		fi := infos[i]
+		e := FileEntry{Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fmt.Sprintf("%04d", fi.Mode), ModifiedAt: fi.ModifiedAt.UTC()}
+		line := entryLine(e)
+		n := utf8.RuneCountInString(line)
+		if len(out.Entries) == maxListEntries || (len(out.Entries) > 0 && chars+n+footerRoom > budget) {
+			out.Truncated, out.NextOffset = true, i
 			break
 		}
-		out.Entries = append(out.Entries, FileEntry{Path: fi.Path, Type: fi.Type, Size: fi.Size,
-			Mode: fmt.Sprintf("%04d", fi.Mode), ModifiedAt: fi.ModifiedAt.UTC()})
+		out.Entries = append(out.Entries, e)
+		b.WriteString(line)
+		chars += n
 	}
-	return out
+	switch {
+	case len(infos) == 0:
+		return out, "(" + empty + ")"
+	case offset >= len(infos):
+		return out, fmt.Sprintf("(offset %d is past the last of %d entries)", offset, len(infos))
+	case out.Truncated:
+		fmt.Fprintf(&b, "[entries %d to %d of %d; more: call %s with offset %d]", offset+1, out.NextOffset, out.Total, tool, out.NextOffset)
+	case offset > 0:
+		fmt.Fprintf(&b, "[entries %d to %d of %d: the last page]", offset+1, out.Total, out.Total)
+	}
+	return out, strings.TrimRight(b.String(), "\n")
 }
 
-// listingText is a listing as compact lines: type, mode, size, time,
-// path (directories with a trailing /).
-func listingText(out ListDirOutput, empty string) string {
-	if len(out.Entries) == 0 {
-		return "(" + empty + ")"
+// entryLine is one entry as a line of a listing.
+func entryLine(e FileEntry) string {
+	p := e.Path
+	if e.Type == "directory" && !strings.HasSuffix(p, "/") {
+		p += "/"
 	}
-	var b strings.Builder
-	for _, e := range out.Entries {
-		p := e.Path
-		if e.Type == "directory" && !strings.HasSuffix(p, "/") {
-			p += "/"
-		}
-		fmt.Fprintf(&b, "%-4s %s %10d %s %s\n", shortType(e.Type), e.Mode, e.Size, e.ModifiedAt.Format("2006-01-02 15:04"), p)
-	}
-	if out.Truncated {
-		fmt.Fprintf(&b, "[... %d more entries not shown; narrow the path, depth or pattern ...]\n", out.Total-len(out.Entries))
-	}
-	return strings.TrimRight(b.String(), "\n")
+	return fmt.Sprintf("%-4s %s %10d %s %s\n", shortType(e.Type), e.Mode, e.Size, e.ModifiedAt.Format("2006-01-02 15:04"), p)
 }
 
 func shortType(t string) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,12 +14,6 @@ import (
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sdk"
-)
-
-// Bounds of sandbox lifetimes given by the model, in seconds.
-const (
-	minLifetime = 10
-	maxLifetime = 7 * 24 * 3600
 )
 
 // SandboxInfo is a sandbox as the tools describe it.
@@ -48,7 +43,7 @@ func sandboxInfo(sb *api.Sandbox) SandboxInfo {
 type createInput struct {
 	Image           string            `json:"image,omitempty" jsonschema:"container image to start from, such as python:3.11 or ubuntu:24.04"`
 	Pool            string            `json:"pool,omitempty" jsonschema:"name of a warm pool (see pool_list) to take a ready sandbox from: it runs at once, with the pool's image and resources unless others are given"`
-	TimeoutSeconds  int               `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
+	TimeoutSeconds  *int              `json:"timeout_seconds,omitempty" jsonschema:"lifetime in seconds: the sandbox is killed automatically after it unless renewed with sandbox_renew"`
 	Env             map[string]string `json:"env,omitempty" jsonschema:"environment variables of every process in the sandbox"`
 	Metadata        map[string]string `json:"metadata,omitempty" jsonschema:"labels to find the sandbox again with sandbox_list"`
 	Entrypoint      []string          `json:"entrypoint,omitempty" jsonschema:"the sandbox's main process as argv; default: one that keeps the sandbox idle and alive"`
@@ -165,6 +160,13 @@ func (s *Server) addSandboxTools() {
 	default:
 		lifetimeDesc += fmt.Sprint(int(lifetime.Seconds()))
 	}
+	createBounds, renewBounds := s.lifetimeBounds()
+	switch {
+	case s.limits == nil:
+		lifetimeDesc += ". The server did not say its bounds: a value it refuses comes back as an error naming them"
+	case s.limits.NoExpiryAllowed:
+		lifetimeDesc += ". 0: no expiry, the sandbox lives until sandbox_kill"
+	}
 	add(s, &gomcp.Tool{
 		Name: "sandbox_create",
 		Description: `Create a sandbox: an isolated Linux container from an image, with its own filesystem, processes and network.
@@ -179,7 +181,7 @@ For code_run, use an image with the code interpreter (such as opensandbox/code-i
 			p["image"].Description = imageDesc
 			p["timeout_seconds"].Description = lifetimeDesc
 		},
-		between("timeout_seconds", minLifetime, maxLifetime))
+		createBounds)
 
 	add(s, &gomcp.Tool{
 		Name:        "sandbox_list",
@@ -197,11 +199,7 @@ For code_run, use an image with the code interpreter (such as opensandbox/code-i
 		Description: "Get one sandbox's state (Running, Paused, Failed with the reason...), image, metadata and expiry.",
 		Annotations: &gomcp.ToolAnnotations{Title: "Get sandbox", ReadOnlyHint: true},
 	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
-		sb, err := s.client.Get(ctx, in.SandboxID)
-		if err != nil {
-			return nil, SandboxInfo{}, err
-		}
-		return nil, sandboxInfo(sb), nil
+		return s.getInfo(ctx, in.SandboxID, "")
 	})
 
 	add(s, &gomcp.Tool{
@@ -218,37 +216,36 @@ For code_run, use an image with the code interpreter (such as opensandbox/code-i
 	add(s, &gomcp.Tool{
 		Name:        "sandbox_renew",
 		Description: "Extend a sandbox's life: it will now be killed timeout_seconds from now instead of at its current expiry. Use it before long work in a sandbox that expires soon.",
-		Annotations: &gomcp.ToolAnnotations{Title: "Renew sandbox", IdempotentHint: true},
+		Annotations: &gomcp.ToolAnnotations{Title: "Renew sandbox", DestructiveHint: ptr(false), IdempotentHint: true},
 	}, func(ctx context.Context, in renewInput) (*gomcp.CallToolResult, RenewOutput, error) {
 		at, err := s.client.Renew(ctx, in.SandboxID, time.Duration(in.TimeoutSeconds)*time.Second)
 		if err != nil {
 			return nil, RenewOutput{}, err
 		}
 		out := RenewOutput{SandboxID: in.SandboxID, ExpiresAt: at}
-		return text(fmt.Sprintf("sandbox %s now expires at %s (in %s)", in.SandboxID, at.UTC().Format(time.RFC3339),
-			time.Until(at).Round(time.Second))), out, nil
-	}, between("timeout_seconds", minLifetime, maxLifetime))
+		return text(fmt.Sprintf("sandbox %s renewed: %s", in.SandboxID, expiryText(&at, time.Now()))), out, nil
+	}, renewBounds)
 
 	add(s, &gomcp.Tool{
 		Name:        "sandbox_pause",
 		Description: "Pause a running sandbox: its processes are frozen with their memory and nothing runs until sandbox_resume. Other tools fail on a paused sandbox.",
-		Annotations: &gomcp.ToolAnnotations{Title: "Pause sandbox", IdempotentHint: true},
+		Annotations: &gomcp.ToolAnnotations{Title: "Pause sandbox", DestructiveHint: ptr(false), IdempotentHint: true},
 	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
 		if err := s.client.Pause(ctx, in.SandboxID); err != nil {
 			return nil, SandboxInfo{}, err
 		}
-		return s.getInfo(ctx, in.SandboxID)
+		return s.getInfo(ctx, in.SandboxID, "paused: ")
 	})
 
 	add(s, &gomcp.Tool{
 		Name:        "sandbox_resume",
 		Description: "Resume a paused sandbox: its processes continue where they were. Returns once the sandbox answers again.",
-		Annotations: &gomcp.ToolAnnotations{Title: "Resume sandbox", IdempotentHint: true},
+		Annotations: &gomcp.ToolAnnotations{Title: "Resume sandbox", DestructiveHint: ptr(false), IdempotentHint: true},
 	}, func(ctx context.Context, in SandboxArg) (*gomcp.CallToolResult, SandboxInfo, error) {
 		if err := s.client.Sandbox(in.SandboxID).Resume(ctx); err != nil {
 			return nil, SandboxInfo{}, err
 		}
-		return s.getInfo(ctx, in.SandboxID)
+		return s.getInfo(ctx, in.SandboxID, "resumed: ")
 	})
 
 	add(s, &gomcp.Tool{
@@ -262,22 +259,92 @@ The URL is reachable from the machine osb mcp runs on; requests to it must carry
 			return nil, EndpointOutput{}, err
 		}
 		out := EndpointOutput{URL: u}
+		msg := fmt.Sprintf("port %d of sandbox %s is reached at %s", in.Port, in.SandboxID, u)
 		if len(h) > 0 {
 			out.Headers = map[string]string{}
+			names := make([]string, 0, len(h))
 			for k := range h {
 				out.Headers[k] = h.Get(k)
+				names = append(names, k)
 			}
+			slices.Sort(names)
+			msg += "; every request must carry the headers " + strings.Join(names, ", ") + " (values in the structured result)"
 		}
-		return nil, out, nil
+		return text(msg), out, nil
 	}, between("port", 1, 65535))
 }
 
-func (s *Server) getInfo(ctx context.Context, id string) (*gomcp.CallToolResult, SandboxInfo, error) {
+// getInfo describes a sandbox in a line of prose after prefix, with the
+// facts as structured content.
+func (s *Server) getInfo(ctx context.Context, id, prefix string) (*gomcp.CallToolResult, SandboxInfo, error) {
 	sb, err := s.client.Get(ctx, id)
 	if err != nil {
 		return nil, SandboxInfo{}, err
 	}
-	return nil, sandboxInfo(sb), nil
+	info := sandboxInfo(sb)
+	return text(prefix + sandboxText(info, time.Now())), info, nil
+}
+
+// sandboxText is a sandbox as one line of prose: "sandbox sb-1: Running,
+// image python:3.11, expires in 9m58s (at 2026-01-02T15:04:05Z)".
+func sandboxText(info SandboxInfo, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sandbox %s: %s", info.SandboxID, info.State)
+	if info.State != sdk.StateRunning && (info.Reason != "" || info.Message != "") {
+		fmt.Fprintf(&b, " (%s)", strings.TrimSpace(info.Reason+" "+info.Message))
+	}
+	if info.Image != "" {
+		fmt.Fprintf(&b, ", image %s", info.Image)
+	}
+	if len(info.Metadata) > 0 {
+		keys := slices.Sorted(maps.Keys(info.Metadata))
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + info.Metadata[k]
+		}
+		fmt.Fprintf(&b, ", metadata %s", strings.Join(pairs, ","))
+	}
+	b.WriteString(", " + expiryText(info.ExpiresAt, now))
+	return b.String()
+}
+
+// expiryText says when a sandbox expires, relative to now first: models
+// reason better about "in 9m58s" than about a timestamp.
+func expiryText(at *time.Time, now time.Time) string {
+	if at == nil {
+		return "never expires (lives until sandbox_kill)"
+	}
+	d := at.Sub(now).Round(time.Second)
+	if d <= 0 {
+		return fmt.Sprintf("expired %s ago (at %s)", -d, at.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("expires in %s (at %s)", d, at.UTC().Format(time.RFC3339))
+}
+
+// lifetimeBounds bound timeout_seconds of sandbox_create and of
+// sandbox_renew by the server's limits, as GET /limits said them.
+func (s *Server) lifetimeBounds() (create, renew schemaPatch) {
+	return func(p map[string]*jsonschema.Schema) {
+			lo := 1.0
+			if s.limits != nil {
+				lo = float64(s.limits.MinTimeoutSeconds)
+				if s.limits.NoExpiryAllowed {
+					lo = 0
+				}
+				if s.limits.MaxTimeoutSeconds != nil {
+					hi := float64(*s.limits.MaxTimeoutSeconds)
+					p["timeout_seconds"].Maximum = &hi
+				}
+			}
+			p["timeout_seconds"].Minimum = &lo
+		}, func(p map[string]*jsonschema.Schema) {
+			lo := 1.0
+			p["timeout_seconds"].Minimum = &lo
+			if s.limits != nil && s.limits.MaxTimeoutSeconds != nil {
+				hi := float64(*s.limits.MaxTimeoutSeconds)
+				p["timeout_seconds"].Maximum = &hi
+			}
+		}
 }
 
 func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.CallToolResult, SandboxInfo, error) {
@@ -298,8 +365,12 @@ func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.Call
 		}
 		from = "image " + opts.Image
 	}
-	if in.TimeoutSeconds > 0 {
-		opts.Timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	switch {
+	case in.TimeoutSeconds == nil:
+	case *in.TimeoutSeconds == 0:
+		opts.Timeout = sdk.NoTimeout
+	default:
+		opts.Timeout = time.Duration(*in.TimeoutSeconds) * time.Second
 	}
 	if len(in.AllowedHosts) > 0 {
 		targets := egressInput{Targets: in.AllowedHosts}.trimmed()
@@ -334,7 +405,7 @@ func (s *Server) createSandbox(ctx context.Context, in createInput) (*gomcp.Call
 	} else if err != nil {
 		return nil, SandboxInfo{}, err
 	}
-	return s.getInfo(ctx, sb.ID)
+	return s.getInfo(ctx, sb.ID, "created ")
 }
 
 func (s *Server) listSandboxes(ctx context.Context, in listInput) (*gomcp.CallToolResult, ListOutput, error) {
@@ -348,8 +419,19 @@ func (s *Server) listSandboxes(ctx context.Context, in listInput) (*gomcp.CallTo
 	}
 	out := ListOutput{Sandboxes: make([]SandboxInfo, 0, len(page.Items)), Total: page.Pagination.TotalItems,
 		Page: page.Pagination.Page, HasMore: page.Pagination.HasNextPage}
+	var b strings.Builder
+	now := time.Now()
 	for _, sb := range page.Items {
-		out.Sandboxes = append(out.Sandboxes, sandboxInfo(&sb))
+		info := sandboxInfo(&sb)
+		out.Sandboxes = append(out.Sandboxes, info)
+		b.WriteString(sandboxText(info, now) + "\n")
 	}
-	return nil, out, nil
+	if len(out.Sandboxes) == 0 {
+		b.WriteString("no sandboxes match\n")
+	}
+	fmt.Fprintf(&b, "page %d: %d of %d sandboxes", out.Page, len(out.Sandboxes), out.Total)
+	if out.HasMore {
+		fmt.Fprintf(&b, "; more: call sandbox_list with page %d", out.Page+1)
+	}
+	return text(b.String()), out, nil
 }

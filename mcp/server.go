@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,13 +19,16 @@ import (
 	"net/http"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -60,6 +64,9 @@ type Server struct {
 	client *sdk.Client
 	log    *slog.Logger
 	srv    *gomcp.Server
+	// limits are the server's timeout bounds, read at start; nil when it
+	// did not say (a server without GET /limits, or one that was down).
+	limits *api.Limits
 
 	mu sync.Mutex
 	// attached maps {sandbox id, binding} to the credential vault_attach
@@ -89,6 +96,13 @@ func New(cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, client: cfg.Client, log: log}
+	lctx, cancel := context.WithTimeout(context.Background(), limitsWait)
+	if l, err := cfg.Client.Limits(lctx); err == nil {
+		s.limits = l
+	} else {
+		log.Warn("the server did not say its limits; tool schemas leave them out", "err", err)
+	}
+	cancel()
 	s.srv = gomcp.NewServer(&gomcp.Implementation{
 		Name:    "opensandbox",
 		Title:   "OpenSandbox",
@@ -106,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 	s.addResources()
 	return s, nil
 }
+
+// limitsWait bounds the wait for the server's limits at start.
+const limitsWait = 3 * time.Second
 
 // ServeStdio serves one client on in and out (newline-delimited JSON-RPC)
 // until in ends or ctx is done.
@@ -214,16 +231,23 @@ type SandboxArg struct {
 func (a SandboxArg) sandbox() string { return a.SandboxID }
 
 // handler is a tool's function: it returns the result (nil for the
-// default, the output as JSON text) and the structured output.
+// default, the output as indented JSON text) and the structured output.
 type handler[In, Out any] func(ctx context.Context, in In) (*gomcp.CallToolResult, Out, error)
 
 // add registers a tool whose input schema comes from In, adjusted by
-// patches. The handler never takes the server down: its errors become
-// tool errors explained for the model, and a panic becomes a tool error
-// too.
+// patches. Every tool takes max_output_chars, its output budget: In's own
+// field when it has one, else a property added here, and text beyond the
+// budget is cut at line boundaries (see budgetText). The handler never
+// takes the server down: its errors become tool errors explained for the
+// model, and a panic becomes a tool error too.
 func add[In, Out any](s *Server, t *gomcp.Tool, h handler[In, Out], patches ...schemaPatch) {
-	t.InputSchema = inputSchema[In](patches...)
-	gomcp.AddTool(s.srv, t, func(ctx context.Context, _ *gomcp.CallToolRequest, in In) (res *gomcp.CallToolResult, out Out, err error) {
+	t.InputSchema = inputSchema[In](append(patches, s.budgetPatch)...)
+	out, err := jsonschema.ForType(reflect.TypeFor[Out](), nil)
+	if err != nil {
+		panic(fmt.Sprintf("schema of %v: %v", reflect.TypeFor[Out](), err))
+	}
+	t.OutputSchema = noNullUnions(out)
+	gomcp.AddTool(s.srv, t, func(ctx context.Context, req *gomcp.CallToolRequest, in In) (res *gomcp.CallToolResult, out Out, err error) {
 		var zero Out
 		id := ""
 		if si, ok := any(in).(sandboxInput); ok {
@@ -240,12 +264,145 @@ func add[In, Out any](s *Server, t *gomcp.Tool, h handler[In, Out], patches ...s
 				return nil, zero, errors.New(s.explain(err, id))
 			}
 		}
-		res, out, err = h(ctx, in)
+		budget := s.budgetOf(req)
+		res, out, err = h(withBudget(ctx, budget), in)
 		if err != nil {
 			return nil, zero, errors.New(s.explain(err, id))
 		}
+		fillNil(reflect.ValueOf(&out).Elem())
+		if res == nil {
+			// The default text, the result as JSON, one field a line so
+			// that the budget can cut it at lines.
+			b, err := json.MarshalIndent(out, "", " ")
+			if err != nil {
+				return nil, zero, fmt.Errorf("internal error in %s: %v", t.Name, err)
+			}
+			res = text(string(b))
+		}
+		for _, c := range res.Content {
+			if tc, ok := c.(*gomcp.TextContent); ok {
+				tc.Text = budgetText(tc.Text, budget)
+			}
+		}
 		return res, out, nil
 	})
+}
+
+// budgetPatch gives an input schema the max_output_chars property, with
+// the server's default, when its type has none of its own.
+func (s *Server) budgetPatch(props map[string]*jsonschema.Schema) {
+	p := props["max_output_chars"]
+	if p == nil {
+		p = &jsonschema.Schema{Type: "integer", Description: "output budget: at most this many characters of text are returned; longer output is cut at line boundaries with a note of what was left out and how to get the rest"}
+		props["max_output_chars"] = p
+	}
+	lo, hi := float64(minMaxOutput), float64(maxMaxOutput)
+	p.Minimum, p.Maximum = &lo, &hi
+	p.Default = []byte(fmt.Sprint(s.cfg.MaxOutput))
+}
+
+// budgetOf is the call's max_output_chars, or the server's default. The
+// schema has bounded it already.
+func (s *Server) budgetOf(req *gomcp.CallToolRequest) int {
+	var b struct {
+		MaxOutputChars int `json:"max_output_chars"`
+	}
+	if req != nil && req.Params != nil && len(req.Params.Arguments) > 0 {
+		_ = json.Unmarshal(req.Params.Arguments, &b)
+	}
+	return cmpInt(b.MaxOutputChars, s.cfg.MaxOutput)
+}
+
+type budgetKey struct{}
+
+func withBudget(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, budgetKey{}, n)
+}
+
+// budget is the output budget of the tool call ctx belongs to.
+func budget(ctx context.Context) int {
+	if n, ok := ctx.Value(budgetKey{}).(int); ok && n > 0 {
+		return n
+	}
+	return DefaultMaxOutput
+}
+
+// budgetSlack is how far a tool's text may exceed its budget before
+// budgetText cuts it: room for the headers and notes around output that
+// the tool has bounded itself.
+const budgetSlack = 2000
+
+// budgetText cuts a text longer than the budget (plus slack) at line
+// boundaries, keeping its start and end.
+func budgetText(text string, budget int) string {
+	if utf8.RuneCountInString(text) <= budget+budgetSlack {
+		return text
+	}
+	out, _ := truncate(text, budget)
+	return out + fmt.Sprintf("\n[the tool's text was longer than max_output_chars %d; pass a larger max_output_chars (at most %d) or narrow the request]", budget, maxMaxOutput)
+}
+
+// noNullUnions rewrites every type ["null", T] of a schema, which some
+// function-calling backends refuse, as T: the field is then left out
+// rather than null (fillNil sees to it in results).
+func noNullUnions(sc *jsonschema.Schema) *jsonschema.Schema {
+	if sc == nil {
+		return nil
+	}
+	if len(sc.Types) == 2 && slices.Contains(sc.Types, "null") {
+		sc.Type = sc.Types[0]
+		if sc.Type == "null" {
+			sc.Type = sc.Types[1]
+		}
+		sc.Types = nil
+	}
+	for _, p := range sc.Properties {
+		noNullUnions(p)
+	}
+	noNullUnions(sc.Items)
+	if sc.AdditionalProperties != nil {
+		noNullUnions(sc.AdditionalProperties)
+	}
+	for _, d := range sc.Defs {
+		noNullUnions(d)
+	}
+	return sc
+}
+
+// fillNil makes the nil slices and maps of v that JSON would write as
+// null empty instead, so that a result matches its schema without null
+// unions. Fields tagged omitempty are left out when nil and stay nil.
+func fillNil(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			fillNil(v.Elem())
+		}
+	case reflect.Slice:
+		if v.IsNil() && v.CanSet() {
+			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+		}
+		for i := range v.Len() {
+			fillNil(v.Index(i))
+		}
+	case reflect.Map:
+		if v.IsNil() && v.CanSet() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			fv := v.Field(i)
+			if strings.Contains(f.Tag.Get("json"), ",omitempty") && (fv.Kind() == reflect.Slice || fv.Kind() == reflect.Map) && fv.IsNil() {
+				continue
+			}
+			fillNil(fv)
+		}
+	}
 }
 
 // schemaPatch adjusts the properties of an input schema.
@@ -258,6 +415,9 @@ func inputSchema[T any](patches ...schemaPatch) *jsonschema.Schema {
 	if err != nil {
 		panic(fmt.Sprintf("schema of %v: %v", reflect.TypeFor[T](), err))
 	}
+	if sc.Properties == nil {
+		sc.Properties = map[string]*jsonschema.Schema{}
+	}
 	one := 1
 	for _, name := range sc.Required {
 		if p := sc.Properties[name]; p != nil && p.Type == "string" {
@@ -267,7 +427,7 @@ func inputSchema[T any](patches ...schemaPatch) *jsonschema.Schema {
 	for _, p := range patches {
 		p(sc.Properties)
 	}
-	return sc
+	return noNullUnions(sc)
 }
 
 // enum limits a string property to values.
@@ -292,9 +452,6 @@ func defaultValue(name, raw string) schemaPatch {
 		props[name].Default = []byte(raw)
 	}
 }
-
-// maxOutputPatch bounds the max_output_chars argument.
-func maxOutputPatch() schemaPatch { return between("max_output_chars", minMaxOutput, maxMaxOutput) }
 
 func cmpOr(a, b string) string {
 	if a != "" {

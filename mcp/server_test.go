@@ -3,12 +3,16 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"github.com/opensandbox/opensandbox/internal/testserver"
+	"github.com/opensandbox/opensandbox/lifecycle"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	gomcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -170,10 +174,12 @@ func TestInvalidArguments(t *testing.T) {
 		{"pool_get", map[string]any{}, []string{`missing required arguments: ["pool"]`}},
 		{"pool_get", map[string]any{"pool": " "}, []string{"is not a pool name", "pool_list"}},
 		{"pool_list", map[string]any{"bogus": 1}, []string{`unknown arguments ["bogus"]`}},
-		{"sandbox_create", map[string]any{"image": "x", "timeout_seconds": -5}, []string{"timeout_seconds: minimum: -5 is less than 10"}},
+		{"sandbox_create", map[string]any{"image": "x", "timeout_seconds": -5}, []string{"timeout_seconds: minimum: -5 is less than 1"}},
 		{"sandbox_create", map[string]any{"image": "x", "env": map[string]any{"A=B": "c"}}, []string{`env name "A=B"`}},
 		{"sandbox_renew", map[string]any{"sandbox_id": "x"}, []string{"timeout_seconds"}},
-		{"sandbox_renew", map[string]any{"sandbox_id": "x", "timeout_seconds": 1e9}, []string{"timeout_seconds"}},
+		{"sandbox_renew", map[string]any{"sandbox_id": "x", "timeout_seconds": 0}, []string{"timeout_seconds"}},
+		{"file_list", map[string]any{"sandbox_id": "x", "path": "/", "offset": -1}, []string{"offset"}},
+		{"sandbox_get", map[string]any{"sandbox_id": "x", "max_output_chars": 10}, []string{"max_output_chars"}},
 		{"sandbox_endpoint", map[string]any{"sandbox_id": "x", "port": 70000}, []string{"port"}},
 		{"command_run", map[string]any{"sandbox_id": "x"}, []string{"command"}},
 		{"command_run", map[string]any{"sandbox_id": "x", "command": "   "}, []string{"command is empty"}},
@@ -348,5 +354,166 @@ func TestNullArguments(t *testing.T) {
 	}
 	if _, err := cs.ListTools(t.Context(), nil); err != nil {
 		t.Fatalf("server gone: %v", err)
+	}
+}
+
+// TestToolSchemasForModels: no schema has a ["null", T] union, which some
+// function-calling backends refuse; every tool takes max_output_chars,
+// bounded, with the server's default; pause, resume and renew say they
+// destroy nothing.
+func TestToolSchemasForModels(t *testing.T) {
+	cs := connect(t, newTestServer(t, "127.0.0.1:1", Config{MaxOutput: 12345}))
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		for which, sc := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			if b := mustJSON(sc); strings.Contains(string(b), `"null"`) || strings.Contains(string(b), `"type":[`) {
+				t.Errorf("%s: %s schema has a type union: %s", tool.Name, which, b)
+			}
+		}
+		var in struct {
+			Properties map[string]struct {
+				Type    string   `json:"type"`
+				Minimum *float64 `json:"minimum"`
+				Maximum *float64 `json:"maximum"`
+				Default any      `json:"default"`
+			} `json:"properties"`
+		}
+		json.Unmarshal(mustJSON(tool.InputSchema), &in)
+		mo, ok := in.Properties["max_output_chars"]
+		if !ok || mo.Type != "integer" || mo.Minimum == nil || *mo.Minimum != minMaxOutput || mo.Maximum == nil || *mo.Maximum != maxMaxOutput || mo.Default != 12345.0 {
+			t.Errorf("%s: max_output_chars %+v", tool.Name, mo)
+		}
+		switch tool.Name {
+		case "sandbox_pause", "sandbox_resume", "sandbox_renew":
+			if a := tool.Annotations; a.DestructiveHint == nil || *a.DestructiveHint {
+				t.Errorf("%s: destructiveHint %v, want false", tool.Name, a.DestructiveHint)
+			}
+		}
+	}
+}
+
+// TestSchemaLimitsFromServer: timeout_seconds states the bounds the
+// server answers on GET /limits, 0 for no expiry included, and leaves
+// them to the server when it does not say them.
+func TestSchemaLimitsFromServer(t *testing.T) {
+	ts := testserver.Start(t, testserver.Options{Lifecycle: func(c *lifecycle.Config) {
+		c.MinTimeout, c.MaxTimeout = 60*time.Second, 24*time.Hour
+	}})
+	c, err := sdk.NewClient(sdk.Config{Domain: ts.Addr, APIKey: ts.APIKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s, err := New(Config{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, s)
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds := map[string]string{}
+	for _, tool := range res.Tools {
+		var in struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		json.Unmarshal(mustJSON(tool.InputSchema), &in)
+		bounds[tool.Name] = string(in.Properties["timeout_seconds"])
+	}
+	if c := bounds["sandbox_create"]; !strings.Contains(c, `"minimum":0`) || !strings.Contains(c, `"maximum":86400`) || !strings.Contains(c, "0: no expiry") {
+		t.Errorf("sandbox_create timeout_seconds: %s", c)
+	}
+	if r := bounds["sandbox_renew"]; !strings.Contains(r, `"minimum":1`) || !strings.Contains(r, `"maximum":86400`) {
+		t.Errorf("sandbox_renew timeout_seconds: %s", r)
+	}
+	// A server that does not answer: no bounds but 1, and the
+	// description says the server decides.
+	unknown := connect(t, newTestServer(t, "127.0.0.1:1", Config{}))
+	res, err = unknown.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Name == "sandbox_create" {
+			if b := string(mustJSON(tool.InputSchema)); strings.Contains(b, `"maximum":86400`) || !strings.Contains(b, "did not say its bounds") {
+				t.Errorf("sandbox_create without limits: %s", b)
+			}
+		}
+	}
+}
+
+// TestBudgetText: a tool's text beyond its budget is cut at lines, with
+// a note naming max_output_chars.
+func TestBudgetText(t *testing.T) {
+	short := strings.Repeat("x\n", 100)
+	if got := budgetText(short, 200); got != short {
+		t.Fatalf("text within budget and slack changed: %q", got)
+	}
+	long := lines(1, 10000)
+	got := budgetText(long, 1000)
+	if utf8.RuneCountInString(got) > 1000+300 || !strings.HasPrefix(got, "1\n2\n") || !strings.Contains(got, "lines (") ||
+		!strings.Contains(got, "max_output_chars 1000") || !strings.Contains(got, "\n10000\n") {
+		t.Fatalf("budgeted text: %q", got)
+	}
+}
+
+// TestSandboxProse: sandboxes read as a line with a relative expiry.
+func TestSandboxProse(t *testing.T) {
+	now := time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)
+	at := now.Add(9*time.Minute + 58*time.Second)
+	got := sandboxText(SandboxInfo{SandboxID: "sb-1", State: "Running", Image: "python:3.11",
+		Metadata: map[string]string{"b": "2", "a": "1"}, ExpiresAt: &at}, now)
+	if want := "sandbox sb-1: Running, image python:3.11, metadata a=1,b=2, expires in 9m58s (at 2026-01-02T15:09:58Z)"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	if got := sandboxText(SandboxInfo{SandboxID: "sb-2", State: "Failed", Reason: "IMAGE_PULL", Message: "no such image"}, now); got != "sandbox sb-2: Failed (IMAGE_PULL no such image), never expires (lives until sandbox_kill)" {
+		t.Fatalf("failed sandbox: %q", got)
+	}
+}
+
+// TestListingPages: a listing comes in pages that fit the budget, the
+// structured content holds the page only, and each page but the last
+// says how to read on; the pages together are the whole listing.
+func TestListingPages(t *testing.T) {
+	infos := make([]api.FileInfo, 3000)
+	for i := range infos {
+		infos[i] = api.FileInfo{Path: fmt.Sprintf("/data/file-%05d.txt", i), Type: "file", Size: int64(i), Mode: 644}
+	}
+	var seen []string
+	offset := 0
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatal("no end of pages")
+		}
+		out, txt := listing(infos, offset, 5000, "file_list", "empty")
+		if utf8.RuneCountInString(txt) > 5000 {
+			t.Fatalf("page of %d characters for a budget of 5000", utf8.RuneCountInString(txt))
+		}
+		if out.Total != 3000 || out.Offset != offset || len(out.Entries) == 0 {
+			t.Fatalf("page at %d: %+v", offset, out)
+		}
+		for _, e := range out.Entries {
+			seen = append(seen, e.Path)
+		}
+		if !out.Truncated {
+			if !strings.HasSuffix(txt, "of 3000: the last page]") {
+				t.Fatalf("last page ends %q", txt[len(txt)-80:])
+			}
+			break
+		}
+		if !strings.HasSuffix(txt, fmt.Sprintf("more: call file_list with offset %d]", out.NextOffset)) {
+			t.Fatalf("page ends %q", txt[len(txt)-80:])
+		}
+		offset = out.NextOffset
+	}
+	if len(seen) != 3000 || seen[0] != infos[0].Path || seen[2999] != infos[2999].Path {
+		t.Fatalf("pages held %d entries", len(seen))
+	}
+	if _, txt := listing(infos, 5000, 5000, "file_list", "empty"); !strings.Contains(txt, "past the last") {
+		t.Fatalf("offset past the end: %q", txt)
 	}
 }

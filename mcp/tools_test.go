@@ -94,9 +94,9 @@ func TestSandboxTools(t *testing.T) {
 			t.Errorf("list: %+v", list)
 		}
 		var got SandboxInfo
-		ok(t, cs, "sandbox_get", args(), &got)
-		if got.SandboxID != id || got.Metadata["task"] != "t1" {
-			t.Errorf("get: %+v", got)
+		text := ok(t, cs, "sandbox_get", args(), &got)
+		if got.SandboxID != id || got.Metadata["task"] != "t1" || !strings.HasPrefix(text, "sandbox "+id+": Running") || !strings.Contains(text, ", expires in ") {
+			t.Errorf("get: %+v\n%s", got, text)
 		}
 		var renewed RenewOutput
 		ok(t, cs, "sandbox_renew", args("timeout_seconds", 3600), &renewed)
@@ -122,8 +122,12 @@ func TestSandboxTools(t *testing.T) {
 		}
 		text = ok(t, cs, "command_run", args("command", "seq 1 100000", "max_output_chars", 1000), &out)
 		if !out.StdoutTruncated || !strings.HasPrefix(out.Stdout, "1\n2\n") || !strings.HasSuffix(out.Stdout, "99999\n100000\n") ||
-			!strings.Contains(text, "characters omitted") || !strings.Contains(text, "truncated") {
+			!strings.Contains(text, " lines (") || !strings.Contains(text, "truncated") {
 			t.Errorf("big output: %d characters, truncated %v:\n%s", len(out.Stdout), out.StdoutTruncated, text)
+		}
+		text = ok(t, cs, "command_run", args("command", "head -c 2000 /dev/urandom"), &out)
+		if !out.StdoutBinary || !strings.Contains(text, "[binary output: not shown") || strings.ContainsRune(text, '\uFFFD') {
+			t.Errorf("binary output: %+v\n%s", out, text)
 		}
 		text = ok(t, cs, "command_run", args("command", "sleep 30", "timeout_seconds", 1), &out)
 		if !out.TimedOut || out.ExitCode != -1 || !strings.Contains(text, "timed out") {

@@ -109,6 +109,19 @@ func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 	return &h, nil
 }
 
+// Limits asks the server's GET /limits (an extension of this project's
+// server) for the timeout bounds it enforces. A server without the route
+// answers an *APIError with status 404.
+func (c *Client) Limits(ctx context.Context) (*api.Limits, error) {
+	r := c.server.req("read server limits", http.MethodGet, "/limits", nil)
+	r.idempotent = true
+	var l api.Limits
+	if err := c.t.call(ctx, r, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
 // DefaultTimeout is the lifetime of a sandbox created without one, as in
 // the other SDKs.
 const DefaultTimeout = 10 * time.Minute

@@ -83,6 +83,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Docker adjusts the runtime's configuration.
 	Docker func(*docker.Config)
+	// Lifecycle adjusts the HTTP API's configuration.
+	Lifecycle func(*lifecycle.Config)
 }
 
 // New starts a server. The caller must Close it.
@@ -116,7 +118,11 @@ func New(opts Options) (*Server, error) {
 	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{Logger: log})
 	// Clients' tests create from images on closed loopback ports to see
 	// pulls fail without a packet leaving the machine.
-	srv, err := lifecycle.New(mgr, lifecycle.Config{APIKey: s.APIKey, MinTimeout: time.Second, Logger: log, AllowLocalRegistries: true})
+	lcfg := lifecycle.Config{APIKey: s.APIKey, MinTimeout: time.Second, Logger: log, AllowLocalRegistries: true}
+	if opts.Lifecycle != nil {
+		opts.Lifecycle(&lcfg)
+	}
+	srv, err := lifecycle.New(mgr, lcfg)
 	if err != nil {
 		rt.Close()
 		os.RemoveAll(dataDir)
