@@ -2,24 +2,25 @@ package interp
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
-// driverFiles holds the drivers' sources: python.py, javascript.js. The
-// pattern names both extensions in one glob because a go:embed pattern that
-// matches nothing is a build error: a driver file added to this directory
-// is embedded, and its language offered, with no other change.
+// driverFiles holds the drivers' sources: python.py, javascript.js (also
+// the typescript driver) and java.java.
 //
-//go:embed *.[jp][sy]
+//go:embed python.py javascript.js java.java
 var driverFiles embed.FS
 
 // interruptMethod is how execd interrupts a language's running code.
@@ -44,9 +45,14 @@ type language struct {
 	// args returns the interpreter's arguments after argv[0], given the
 	// path of the driver file.
 	args func(driver string) []string
+	// prepare, when set, makes from the driver file what args is given
+	// (a compiled form of it, kept beside it) and returns its path.
+	prepare func(ctx context.Context, interpreter, driver string) (string, error)
 	// env is added to the context's environment, overriding it.
 	env       []string
 	interrupt interruptMethod
+	// startTimeout, when longer than DefaultStartTimeout, replaces it.
+	startTimeout time.Duration
 }
 
 // languages is every language a driver can exist for. Only those whose
@@ -78,6 +84,37 @@ var languages = []language{
 		driver:       "javascript.js",
 		args:         func(driver string) []string { return []string{"--no-warnings", driver} },
 		interrupt:    byPipe,
+	},
+	{
+		// The javascript driver, which transpiles each cell with the
+		// typescript module before it runs it.
+		name:         "typescript",
+		interpreters: []string{"node", "nodejs"},
+		driver:       "javascript.js",
+		args:         func(driver string) []string { return []string{"--no-warnings", driver, "typescript"} },
+		interrupt:    byPipe,
+	},
+	{
+		name:         "java",
+		interpreters: []string{"java"},
+		driver:       "java.java",
+		// Named after its class: javac would take a file named java.java
+		// on its source path for the package java.
+		target: javaDriverClass + ".java",
+		// Compiled once into a class directory beside the source (a
+		// source program would be compiled again at every start, which
+		// takes seconds). The serial collector suits one small process per
+		// context; the standard streams are UTF-8 whatever the locale.
+		prepare: compileJava,
+		// A JVM and the compiler JShell loads take seconds on a busy
+		// machine.
+		startTimeout: 30 * time.Second,
+		args: func(classes string) []string {
+			return []string{"-XX:+UseSerialGC", "-Xshare:auto",
+				"-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8",
+				"--add-modules", "jdk.jshell", "-cp", classes, javaDriverClass}
+		},
+		interrupt: byPipe,
 	},
 }
 
@@ -200,4 +237,43 @@ func (l *language) environ(env []string) (out []string, path string) {
 		}
 	}
 	return append(out, l.env...), path
+}
+
+// javaDriverClass is the main class of java.java.
+const javaDriverClass = "OsbJavaDriver"
+
+// javaCompile serializes the compilations of the java driver.
+var javaCompile sync.Mutex
+
+// compileJava compiles the java driver into the directory driver+".classes"
+// unless its class there is as new as the source, and returns the
+// directory. It runs the JDK's compiler through the java launcher, so that
+// only java need be in PATH. A new directory replaces the old one whole.
+func compileJava(ctx context.Context, interpreter, driver string) (string, error) {
+	javaCompile.Lock()
+	defer javaCompile.Unlock()
+	classes := driver + ".classes"
+	src, err := os.Stat(driver)
+	if err != nil {
+		return "", err
+	}
+	if cls, err := os.Stat(filepath.Join(classes, javaDriverClass+".class")); err == nil && !cls.ModTime().Before(src.ModTime()) {
+		return classes, nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(driver), ".java-classes-*")
+	if err != nil {
+		return "", fmt.Errorf("compile the java driver: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, interpreter, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-m", "jdk.compiler/com.sun.tools.javac.Main", "-nowarn", "-implicit:none", "-d", tmp, driver)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("compile the java driver (a JDK 17 or later is needed): %v: %s", err, bytes.TrimSpace(out))
+	}
+	os.RemoveAll(classes)
+	if err := os.Rename(tmp, classes); err != nil {
+		return "", fmt.Errorf("compile the java driver: %w", err)
+	}
+	return classes, nil
 }
