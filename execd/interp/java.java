@@ -23,7 +23,8 @@
 // 1 and 2; both are flushed before done is written.
 //
 // Interrupts. A thread reads fd 5 and calls JShell.stop(), which stops the
-// snippet running (even an endless loop or a sleep); the run ends with an
+// snippet running (even an endless loop or a sleep), again until the run
+// is over, since a snippet may start after the first call; the run ends with an
 // Interrupted error and the context keeps its state. The main thread writes
 // a mark ("S<run>.") into the same pipe when a run starts: an interrupt read
 // before the mark of the run in progress was meant for an earlier run and is
@@ -168,7 +169,17 @@ class OsbJavaDriver {
                     long r = running;
                     if (r != 0 && (!marked || armed == r)) {
                         stopped = true;
-                        shell.stop();
+                        // stop() does nothing while no snippet runs (the
+                        // cell's next snippet may be compiling): again
+                        // until the run is over.
+                        while (running == r) {
+                            shell.stop();
+                            try {
+                                Thread.sleep(20);
+                            } catch (InterruptedException e) {
+                                return;
+                            }
+                        }
                     }
                 }
             }
@@ -234,6 +245,9 @@ class OsbJavaDriver {
     // snippetStart returns where src, the snippet jshell cut from the start
     // of rest, begins in rest.
     static int snippetStart(String rest, String src) {
+        int k = rest.indexOf(src);
+        if (k < 0 && src.endsWith(";")) k = rest.indexOf(src.substring(0, src.length() - 1));
+        if (k >= 0) return k;
         String head = src.strip();
         if (head.endsWith(";")) head = head.substring(0, head.length() - 1);
         int nl = head.indexOf('\n');
