@@ -34,8 +34,8 @@ func TestTypescriptStateResultsAndErrors(t *testing.T) {
 	}
 	// enums, an object literal, top-level await, a redeclared const.
 	for code, want := range map[string]string{
-		"enum E { A, B }\nE.B":                                   "1",
-		"{ a: 1 }":                                               "{ a: 1 }",
+		"enum E { A, B }\nE.B": "1",
+		"{ a: 1 }":             "{ a: 1 }",
 		"await new Promise<void>((r) => setTimeout(r, 10))\n'w'": "'w'",
 		"const x: string = 'again'\nx":                           "'again'",
 		"export const z = 3\nz":                                  "3",
