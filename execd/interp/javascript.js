@@ -1,4 +1,7 @@
-// execd's javascript driver: the interpreter behind one javascript code context.
+// execd's javascript driver: the interpreter behind one javascript code context,
+// and behind one typescript context when its argument is "typescript": each cell
+// is then transpiled with the typescript module (types erased, not checked) and
+// run as a javascript cell (see transpile).
 //
 // execd runs this file as `node --no-warnings javascript.js` (CommonJS, Node 18
 // or later, no dependencies): fd 0 is /dev/null, fds 1 and 2 are the pipes
