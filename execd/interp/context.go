@@ -144,7 +144,7 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 		return nil, err
 	}
 	if lang.prepare != nil {
-		if driver, err = lang.prepare(ctx, interpreter, driver); err != nil {
+		if driver, err = lang.prepare(ctx, opts.Supervisor, interpreter, driver, env); err != nil {
 			return nil, &StartError{Language: lang.name, Reason: err.Error()}
 		}
 	}

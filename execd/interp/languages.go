@@ -8,13 +8,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/opensandbox/opensandbox/execd/process"
 )
 
 // driverFiles holds the drivers' sources: python.py, javascript.js (also
@@ -47,7 +49,7 @@ type language struct {
 	args func(driver string) []string
 	// prepare, when set, makes from the driver file what args is given
 	// (a compiled form of it, kept beside it) and returns its path.
-	prepare func(ctx context.Context, interpreter, driver string) (string, error)
+	prepare func(ctx context.Context, sup *process.Supervisor, interpreter, driver string, env []string) (string, error)
 	// env is added to the context's environment, overriding it.
 	env       []string
 	interrupt interruptMethod
@@ -248,8 +250,9 @@ var javaCompile sync.Mutex
 // compileJava compiles the java driver into the directory driver+".classes"
 // unless its class there is as new as the source, and returns the
 // directory. It runs the JDK's compiler through the java launcher, so that
-// only java need be in PATH. A new directory replaces the old one whole.
-func compileJava(ctx context.Context, interpreter, driver string) (string, error) {
+// only java need be in PATH, as a child of sup (which may reap every child
+// of execd). A new directory replaces the old one whole.
+func compileJava(ctx context.Context, sup *process.Supervisor, interpreter, driver string, env []string) (string, error) {
 	javaCompile.Lock()
 	defer javaCompile.Unlock()
 	classes := driver + ".classes"
@@ -260,20 +263,44 @@ func compileJava(ctx context.Context, interpreter, driver string) (string, error
 	if cls, err := os.Stat(filepath.Join(classes, javaDriverClass+".class")); err == nil && !cls.ModTime().Before(src.ModTime()) {
 		return classes, nil
 	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("compile the java driver (a JDK 17 or later is needed): %w", err)
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(driver), ".java-classes-*")
 	if err != nil {
-		return "", fmt.Errorf("compile the java driver: %w", err)
+		return fail(err)
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(ctx, interpreter, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-m", "jdk.compiler/com.sun.tools.javac.Main", "-nowarn", "-implicit:none", "-d", tmp, driver)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("compile the java driver (a JDK 17 or later is needed): %v: %s", err, bytes.TrimSpace(out))
+	out, err := os.CreateTemp(filepath.Dir(driver), ".javac-output-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	proc, err := sup.Start(process.Spec{
+		Path: interpreter,
+		Args: []string{interpreter, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-m", "jdk.compiler/com.sun.tools.javac.Main", "-nowarn", "-implicit:none", "-d", tmp, driver},
+		Dir:    tmp,
+		Env:    env,
+		Stdout: out,
+		Stderr: out,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	st, err := proc.Wait(ctx)
+	if err != nil {
+		proc.Signal(syscall.SIGKILL)
+		return fail(err)
+	}
+	if st.Code != 0 {
+		msg, _ := os.ReadFile(out.Name())
+		return fail(fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg)))
 	}
 	os.RemoveAll(classes)
 	if err := os.Rename(tmp, classes); err != nil {
-		return "", fmt.Errorf("compile the java driver: %w", err)
+		return fail(err)
 	}
 	return classes, nil
 }
