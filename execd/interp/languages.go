@@ -95,6 +95,9 @@ var languages = []language{
 		driver:       "javascript.js",
 		args:         func(driver string) []string { return []string{"--no-warnings", driver, "typescript"} },
 		interrupt:    byPipe,
+		// Loading the typescript compiler takes a second or more, and many
+		// on a busy machine.
+		startTimeout: 30 * time.Second,
 	},
 	{
 		name:         "java",
