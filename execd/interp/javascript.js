@@ -538,7 +538,13 @@ function main() {
     }
     const name = '<cell-' + r.n + '>';
     if (ts !== null) {
-      const out = transpile(code, name);
+      let out;
+      try {
+        out = transpile(code, name);
+      } catch (e) {
+        // The typescript module failed: the run fails, the context goes on.
+        out = { error: errorReply(r.id, e) };
+      }
       if (out.error) {
         finish(r, RUNNING, { type: 'error', id: r.id, ...out.error });
         return;
