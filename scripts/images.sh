@@ -7,7 +7,10 @@
 #   opensandbox/python:3.11     the same plus python3
 #   opensandbox/code-interpreter
 #                               the same plus numpy, pandas, matplotlib, nodejs
-#                               and bash: the image of the code interpreter
+#                               with typescript, a JDK (JShell), Go and bash:
+#                               the image of the code interpreter; it carries
+#                               the SHA-256 of its package list as a label and
+#                               is rebuilt when the list changes
 #   opensandbox/busybox         busybox-static with its applet links (~2 MB)
 #   opensandbox/noshell         busybox-static alone, without any shell link:
 #                               an image in which no shell exists
@@ -80,12 +83,13 @@ ensure_tools() {
 	fi
 }
 
-# bootstrap IMAGE INCLUDE TAG [APT_PACKAGES] makes a minbase root file
-# system with the packages INCLUDE (comma-separated, resolved by
+# bootstrap IMAGE INCLUDE TAG [APT_PACKAGES [LABEL]] makes a minbase root
+# file system with the packages INCLUDE (comma-separated, resolved by
 # debootstrap) and APT_PACKAGES (comma-separated, installed with apt
-# without recommends), imports it as IMAGE and removes the tree.
+# without recommends), imports it as IMAGE (with LABEL, key=value, when
+# given) and removes the tree.
 bootstrap() {
-	local image=$1 include=$2 dir="$cache/rootfs-$3"
+	local image=$1 include=$2 dir="$cache/rootfs-$3" label=${5:-}
 	local mirror
 	mirror=$(debian_mirror)
 	log "debootstrap $suite from $mirror for $image"
@@ -117,6 +121,7 @@ bootstrap() {
 		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		--change 'ENV LANG=C.UTF-8' \
 		--change 'CMD ["/bin/bash"]' \
+		${label:+--change "LABEL $label"} \
 		- "$image" >/dev/null
 	rm -rf "$dir"
 	log "built $image"
@@ -186,8 +191,18 @@ main() {
 	mkdir -p "$cache"
 	have_image opensandbox/base:bookworm || bootstrap opensandbox/base:bookworm "" base
 	have_image opensandbox/python:3.11 || bootstrap opensandbox/python:3.11 "python3" python
-	have_image opensandbox/code-interpreter ||
-		bootstrap opensandbox/code-interpreter "" code "python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs"
+	# The code interpreter's languages: python (with numpy, pandas,
+	# matplotlib), javascript and typescript (nodejs, node-typescript),
+	# java (JShell is in the JDK) and go.
+	local code_pkgs="python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs,node-typescript,default-jdk-headless,golang-go"
+	local code_sum old
+	code_sum=$(printf '%s' "$code_pkgs" | sha256sum | cut -d' ' -f1)
+	if ! have_image opensandbox/code-interpreter ||
+		[[ $(docker image inspect --format '{{index .Config.Labels "io.opensandbox.packages.sha256"}}' opensandbox/code-interpreter) != "$code_sum" ]]; then
+		old=$(docker image inspect --format '{{.Id}}' opensandbox/code-interpreter 2>/dev/null || true)
+		bootstrap opensandbox/code-interpreter "" code "$code_pkgs" "io.opensandbox.packages.sha256=$code_sum"
+		[[ -n $old ]] && docker image rm "$old" >/dev/null 2>&1 || true
+	fi
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-deps.sh installs what the end-to-end tests use besides Docker:
 # Debian's docker-registry (a real registry on loopback, for pulls with
-# credentials), curl, iproute2 and tmux (a real terminal for osb shell).
+# credentials), curl, iproute2 and tmux (a real terminal for osb shell), and
+# node-typescript and a JDK for the typescript and java code contexts.
 # Idempotent.
 set -euo pipefail
 missing=()
@@ -9,6 +10,9 @@ command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+# The code interpreter's typescript and java contexts (execd/interp tests).
+command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
+command -v java >/dev/null 2>&1 || missing+=(default-jdk-headless)
 if ((${#missing[@]})); then
 	if [[ $(id -u) -ne 0 ]]; then
 		echo "test-deps: must run as root to install ${missing[*]}" >&2

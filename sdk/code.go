@@ -14,6 +14,8 @@ import (
 const (
 	LanguagePython     = "python"
 	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+	LanguageJava       = "java"
 	LanguageBash       = "bash"
 )
 

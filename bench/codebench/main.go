@@ -3,7 +3,7 @@
 // user does without one on the same container, in one run, and prints a
 // table with the ratio of each row.
 //
-//	go run ./bench/codebench [-mode full|quick] [-out bench/results]
+//	go run ./bench/codebench [-mode full|quick] [-out bench/results] [-languages java,typescript]
 //
 // It drives execd over raw HTTP with the event decoder the SDK uses, so
 // the figures are execd's alone. It needs a running Docker engine and the
@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -76,7 +77,17 @@ type language struct {
 var languages = []language{
 	{name: "python", oneShot: []string{"python3", "-c", "print(1+1)"}, command: "python3 -c 'print(1+1)'"},
 	{name: "javascript", oneShot: []string{"node", "-e", "console.log(1+1)"}, command: "node -e 'console.log(1+1)'"},
+	// Debian's typescript module, transpiling the cell as the driver does.
+	{name: "typescript", oneShot: []string{"node", "-e", tsOneShot}, command: "node -e \"" + tsOneShot + "\""},
+	// A single-file source program: what java offers without JShell's
+	// state.
+	{name: "java", oneShot: []string{"sh", "-c", javaOneShot}, command: javaOneShot},
 }
+
+const (
+	tsOneShot   = "console.log(eval(require('/usr/share/nodejs/typescript').transpile('1+1')))"
+	javaOneShot = "echo 'class A { public static void main(String[] a) { System.out.println(1+1); } }' >/tmp/codebench-A.java && java /tmp/codebench-A.java"
+)
 
 // plotCode draws and shows a figure; the driver sends it as image/png.
 const plotCode = "import matplotlib.pyplot as plt; plt.plot([1,2,3]); plt.show()"
@@ -87,7 +98,17 @@ type row = report.Row
 func main() {
 	mode := flag.String("mode", "full", "full or quick")
 	out := flag.String("out", "bench/results", "directory for the JSON results and the PNG chart")
+	only := flag.String("languages", "", "measure only these languages, comma-separated (default: all)")
 	flag.Parse()
+	if *only != "" {
+		var keep []language
+		for _, l := range languages {
+			if slices.Contains(strings.Split(*only, ","), l.name) {
+				keep = append(keep, l)
+			}
+		}
+		languages = keep
+	}
 	set := benchkit.Mode("codebench", *mode, modes)
 	removeContainers()
 	sig := make(chan os.Signal, 1)

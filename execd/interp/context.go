@@ -59,7 +59,7 @@ type Options struct {
 	// DriverDir is a private directory where driver sources are written.
 	DriverDir string
 	// StartTimeout bounds the wait for the driver to be ready. Default
-	// DefaultStartTimeout.
+	// DefaultStartTimeout, or longer for a language that starts slowly.
 	StartTimeout time.Duration
 }
 
@@ -143,6 +143,11 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if lang.prepare != nil {
+		if driver, err = lang.prepare(ctx, opts.Supervisor, interpreter, driver, env); err != nil {
+			return nil, &StartError{Language: lang.name, Reason: err.Error()}
+		}
+	}
 
 	var closers []*os.File
 	defer func() {
@@ -224,7 +229,7 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
-		timeout = DefaultStartTimeout
+		timeout = max(DefaultStartTimeout, lang.startTimeout)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()

@@ -28,7 +28,11 @@ func needInterpreter(t testing.TB, prog string) {
 // closes it at the end of the test.
 func startContext(t testing.TB, lang string) *Context {
 	t.Helper()
-	needInterpreter(t, map[string]string{"python": "python3", "javascript": "node"}[lang])
+	needInterpreter(t, map[string]string{"python": "python3", "javascript": "node", "typescript": "node", "java": "java"}[lang])
+	if lang == "typescript" {
+		// Debian's node-typescript, whose module the driver loads.
+		needInterpreter(t, "tsc")
+	}
 	c, err := Start(context.Background(), Options{
 		Language:   lang,
 		Dir:        t.TempDir(),

@@ -1,4 +1,7 @@
-// execd's javascript driver: the interpreter behind one javascript code context.
+// execd's javascript driver: the interpreter behind one javascript code context,
+// and behind one typescript context when its argument is "typescript": each cell
+// is then transpiled with the typescript module (types erased, not checked) and
+// run as a javascript cell (see transpile).
 //
 // execd runs this file as `node --no-warnings javascript.js` (CommonJS, Node 18
 // or later, no dependencies): fd 0 is /dev/null, fds 1 and 2 are the pipes
@@ -225,6 +228,9 @@ function interrupter(data) {
 }
 
 function main() {
+  // The language of the context: javascript, or typescript when execd
+  // passes it as the driver's argument.
+  const language = process.argv[2] === 'typescript' ? 'typescript' : 'javascript';
   const st = new Int32Array(new SharedArrayBuffer(4));
   const nap = new Int32Array(new SharedArrayBuffer(4));
   const phaseOf = (w) => w & 7;
@@ -531,6 +537,20 @@ function main() {
       }
     }
     const name = '<cell-' + r.n + '>';
+    if (ts !== null) {
+      let out;
+      try {
+        out = transpile(code, name);
+      } catch (e) {
+        // The typescript module failed: the run fails, the context goes on.
+        out = { error: errorReply(r.id, e) };
+      }
+      if (out.error) {
+        finish(r, RUNNING, { type: 'error', id: r.id, ...out.error });
+        return;
+      }
+      code = out.js;
+    }
     const source = (objectLiteral(code) || code) + '\n//# sourceURL=' + name;
     let compiling = true;
     session.post('Runtime.evaluate', { expression: source, replMode: true, objectGroup: group(r) }, (err, res) => {
@@ -707,6 +727,110 @@ function main() {
   }
   process.argv.splice(1);
 
+  // ---- typescript ---------------------------------------------------------
+
+  // ts is the typescript module in a typescript context, else null.
+  const ts = language === 'typescript' ? loadTypeScript() : null;
+  if (ts !== null) {
+    // What a cell that exports something writes to.
+    Object.defineProperty(globalThis, 'exports', { value: userModule.exports, writable: true, configurable: true, enumerable: false });
+  }
+
+  // loadTypeScript returns the typescript module: the one the working
+  // directory's node_modules offer, else a system-wide one (Debian's
+  // node-typescript, npm's global modules). Without one the driver exits.
+  function loadTypeScript() {
+    const tries = [
+      () => userRequire('typescript'),
+      () => require('typescript'),
+      () => require('/usr/share/nodejs/typescript'),
+      () => require('/usr/lib/nodejs/typescript'),
+      () => require('/usr/local/lib/node_modules/typescript'),
+      () => require('/usr/lib/node_modules/typescript'),
+    ];
+    for (const t of tries) {
+      try {
+        const m = t();
+        if (m && typeof m.transpileModule === 'function') return m;
+      } catch (e) {
+        // not there: the next place
+      }
+    }
+    logStderr('the typescript module is not installed (Debian: node-typescript; npm: typescript)');
+    process.exit(1);
+  }
+
+  // importToRequire returns the statement that stands for an import
+  // declaration in a cell: a const bound to what require() returns, so
+  // that the names it binds are the names later cells use (the CommonJS
+  // transform would rename them, path to path_1.default). Type-only
+  // imports vanish.
+  function importToRequire(decl, sf) {
+    const spec = decl.moduleSpecifier.getText(sf);
+    const clause = decl.importClause;
+    if (!clause) return 'require(' + spec + ');';
+    if (clause.isTypeOnly) return '';
+    const out = [];
+    const mod = 'require(' + spec + ')';
+    if (clause.name) {
+      out.push('const ' + clause.name.text + ' = ((m) => (m && m.__esModule ? m.default : m))(' + mod + ');');
+    }
+    const nb = clause.namedBindings;
+    if (nb && ts.isNamespaceImport(nb)) {
+      out.push('const ' + nb.name.text + ' = ' + mod + ';');
+    } else if (nb) {
+      const names = nb.elements
+        .filter((e) => !e.isTypeOnly)
+        .map((e) => (e.propertyName ? e.propertyName.text + ': ' + e.name.text : e.name.text));
+      if (names.length > 0) out.push('const { ' + names.join(', ') + ' } = ' + mod + ';');
+    }
+    return out.join(' ');
+  }
+
+  // transpile turns a typescript cell into javascript with the types
+  // erased: { js }, or { error } (the fields of an error reply) when the
+  // cell does not parse. Types are not checked. Import declarations become
+  // require() calls on the line they were on, so that line numbers stay.
+  function transpile(code, name) {
+    const sf = ts.createSourceFile(name + '.ts', code, ts.ScriptTarget.ES2022, true);
+    let src = code;
+    const imports = sf.statements.filter((st) => ts.isImportDeclaration(st));
+    for (let i = imports.length - 1; i >= 0; i--) {
+      const d = imports[i];
+      const start = d.getStart(sf);
+      const lines = code.slice(start, d.end).split('\n').length - 1;
+      src = src.slice(0, start) + importToRequire(d, sf) + '\n'.repeat(lines) + src.slice(d.end);
+    }
+    const literal = objectLiteral(src);
+    if (literal !== undefined) src = literal;
+    const out = ts.transpileModule(src, {
+      fileName: name + '.ts',
+      reportDiagnostics: true,
+      compilerOptions: {
+        target: ts.ScriptTarget.ES2022,
+        module: ts.ModuleKind.CommonJS,
+        esModuleInterop: true,
+        removeComments: false,
+      },
+    });
+    const diags = (out.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+    if (diags.length > 0) {
+      const d = diags[0];
+      const msg = ts.flattenDiagnosticMessageText(d.messageText, '\n');
+      let traceback = [];
+      if (d.file && typeof d.start === 'number') {
+        const pos = d.file.getLineAndCharacterOfPosition(d.start);
+        const line = d.file.text.split('\n')[pos.line] || '';
+        traceback = [name + ':' + (pos.line + 1), line, ' '.repeat(Math.min(pos.character, line.length)) + '^', ''];
+      }
+      traceback.push('SyntaxError: ' + msg + ' (TS' + d.code + ')');
+      return { error: { ename: 'SyntaxError', evalue: msg, traceback } };
+    }
+    // A cell that exports is a module for the transform, which then
+    // makes it strict; cells are sloppy, as in javascript.
+    return { js: out.outputText.replace(/^"use strict";\n/, '') };
+  }
+
   // ---- process ------------------------------------------------------------
 
   // A termination skips the JavaScript half of node's bookkeeping of async
@@ -855,7 +979,7 @@ function main() {
   requests.on('end', () => process.exit(0));
   requests.on('error', () => process.exit(0));
 
-  writeLine(encode({ type: 'ready', language: 'javascript', version: process.versions.node }));
+  writeLine(encode({ type: 'ready', language, version: ts !== null ? ts.version : process.versions.node }));
 }
 
 main();

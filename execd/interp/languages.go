@@ -2,6 +2,7 @@ package interp
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -12,14 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opensandbox/opensandbox/execd/process"
 )
 
-// driverFiles holds the drivers' sources: python.py, javascript.js. The
-// pattern names both extensions in one glob because a go:embed pattern that
-// matches nothing is a build error: a driver file added to this directory
-// is embedded, and its language offered, with no other change.
+// driverFiles holds the drivers' sources: python.py, javascript.js (also
+// the typescript driver) and java.java.
 //
-//go:embed *.[jp][sy]
+//go:embed python.py javascript.js java.java
 var driverFiles embed.FS
 
 // interruptMethod is how execd interrupts a language's running code.
@@ -44,9 +47,14 @@ type language struct {
 	// args returns the interpreter's arguments after argv[0], given the
 	// path of the driver file.
 	args func(driver string) []string
+	// prepare, when set, makes from the driver file what args is given
+	// (a compiled form of it, kept beside it) and returns its path.
+	prepare func(ctx context.Context, sup *process.Supervisor, interpreter, driver string, env []string) (string, error)
 	// env is added to the context's environment, overriding it.
 	env       []string
 	interrupt interruptMethod
+	// startTimeout, when longer than DefaultStartTimeout, replaces it.
+	startTimeout time.Duration
 }
 
 // languages is every language a driver can exist for. Only those whose
@@ -78,6 +86,40 @@ var languages = []language{
 		driver:       "javascript.js",
 		args:         func(driver string) []string { return []string{"--no-warnings", driver} },
 		interrupt:    byPipe,
+	},
+	{
+		// The javascript driver, which transpiles each cell with the
+		// typescript module before it runs it.
+		name:         "typescript",
+		interpreters: []string{"node", "nodejs"},
+		driver:       "javascript.js",
+		args:         func(driver string) []string { return []string{"--no-warnings", driver, "typescript"} },
+		interrupt:    byPipe,
+		// Loading the typescript compiler takes a second or more, and many
+		// on a busy machine.
+		startTimeout: 30 * time.Second,
+	},
+	{
+		name:         "java",
+		interpreters: []string{"java"},
+		driver:       "java.java",
+		// Named after its class: javac would take a file named java.java
+		// on its source path for the package java.
+		target: javaDriverClass + ".java",
+		// Compiled once into a class directory beside the source (a
+		// source program would be compiled again at every start, which
+		// takes seconds). The serial collector suits one small process per
+		// context; the standard streams are UTF-8 whatever the locale.
+		prepare: compileJava,
+		// A JVM and the compiler JShell loads take seconds on a busy
+		// machine.
+		startTimeout: 30 * time.Second,
+		args: func(classes string) []string {
+			return []string{"-XX:+UseSerialGC", "-Xshare:auto",
+				"-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8",
+				"--add-modules", "jdk.jshell", "-cp", classes, javaDriverClass}
+		},
+		interrupt: byPipe,
 	},
 }
 
@@ -200,4 +242,68 @@ func (l *language) environ(env []string) (out []string, path string) {
 		}
 	}
 	return append(out, l.env...), path
+}
+
+// javaDriverClass is the main class of java.java.
+const javaDriverClass = "OsbJavaDriver"
+
+// javaCompile serializes the compilations of the java driver.
+var javaCompile sync.Mutex
+
+// compileJava compiles the java driver into the directory driver+".classes"
+// unless its class there is as new as the source, and returns the
+// directory. It runs the JDK's compiler through the java launcher, so that
+// only java need be in PATH, as a child of sup (which may reap every child
+// of execd). A new directory replaces the old one whole.
+func compileJava(ctx context.Context, sup *process.Supervisor, interpreter, driver string, env []string) (string, error) {
+	javaCompile.Lock()
+	defer javaCompile.Unlock()
+	classes := driver + ".classes"
+	src, err := os.Stat(driver)
+	if err != nil {
+		return "", err
+	}
+	if cls, err := os.Stat(filepath.Join(classes, javaDriverClass+".class")); err == nil && !cls.ModTime().Before(src.ModTime()) {
+		return classes, nil
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("compile the java driver (a JDK 17 or later is needed): %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(driver), ".java-classes-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(tmp)
+	out, err := os.CreateTemp(filepath.Dir(driver), ".javac-output-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	proc, err := sup.Start(process.Spec{
+		Path: interpreter,
+		Args: []string{interpreter, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-m", "jdk.compiler/com.sun.tools.javac.Main", "-nowarn", "-implicit:none", "-d", tmp, driver},
+		Dir:    tmp,
+		Env:    env,
+		Stdout: out,
+		Stderr: out,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	st, err := proc.Wait(ctx)
+	if err != nil {
+		proc.Signal(syscall.SIGKILL)
+		return fail(err)
+	}
+	if st.Code != 0 {
+		msg, _ := os.ReadFile(out.Name())
+		return fail(fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg)))
+	}
+	os.RemoveAll(classes)
+	if err := os.Rename(tmp, classes); err != nil {
+		return fail(err)
+	}
+	return classes, nil
 }
