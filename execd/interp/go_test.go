@@ -49,14 +49,14 @@ func TestGoStateResultsAndErrors(t *testing.T) {
 		t.Errorf("func main: %+v", r)
 	}
 
-	// A compile error, at its position in the cell; the failing cell's
-	// declarations are not kept.
+	// Compile errors, at their positions in the cell, in order; the
+	// declarations of a cell that does not compile are not kept.
 	r = runCode(t, c, "func g() int { return 1 }\nx := 1\ny := undefinedName + 2", 0)
 	if r.err == nil || r.err.EName != "CompileError" || !r.statusErr {
 		t.Fatalf("compile error: %+v", r)
 	}
 	tb := strings.Join(r.err.Traceback, "\n")
-	if !strings.Contains(tb, "cell line 3:6: undefined: undefinedName") || !strings.Contains(tb, "cell line 2:1: declared and not used: x") {
+	if want := "cell line 2:1: declared and not used: x\ncell line 3:1: declared and not used: y\ncell line 3:6: undefined: undefinedName"; tb != want || r.err.EValue != "declared and not used: x" {
 		t.Errorf("compile error traceback:\n%s", tb)
 	}
 	if r = runCode(t, c, "g()", 0); r.err == nil || !strings.Contains(strings.Join(r.err.Traceback, "\n"), "undefined: g") {
@@ -81,6 +81,15 @@ func TestGoStateResultsAndErrors(t *testing.T) {
 	tb = strings.Join(r.err.Traceback, "\n")
 	if !strings.Contains(tb, "at h() (cell line 1)") || !strings.Contains(tb, "at main() (cell line 4)") || strings.Contains(tb, "runtime/") {
 		t.Errorf("panic traceback:\n%s", tb)
+	}
+	// A cell that compiled keeps its declarations, even if it panicked.
+	if r = runCode(t, c, "w := h([]int{1, 2, 3, 4})\nw", 0); r.err != nil || len(r.results) != 1 || r.results[0]["text"] != "4" {
+		t.Errorf("declaration of a cell that panicked: %+v", r)
+	}
+	// A cell that ends in the middle of a statement.
+	r = runCode(t, c, "a := 1\na +", 0)
+	if r.err == nil || r.err.EName != "CompileError" || !strings.HasPrefix(r.err.Traceback[0], "cell line 2: the cell ends in the middle of a statement") {
+		t.Errorf("incomplete cell: %+v", r)
 	}
 	// os.Exit ends the program, not the context.
 	r = runCode(t, c, "fmt.Println(\"bye\")\nos.Exit(3)", 0)

@@ -31,11 +31,13 @@ import (
 	"go/parser"
 	"go/scanner"
 	"go/token"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,7 +268,7 @@ func (r *run) fail(ename, evalue string, tb []string) {
 }
 
 // execute runs one cell and returns the state after it: st with the
-// cell's declarations if the run succeeded, st itself if it failed.
+// cell's declarations if the program built, st itself if it did not.
 func (r *run) execute(st state, code string) state {
 	r.ir.begin(r.count)
 	defer r.ir.end()
@@ -274,17 +276,17 @@ func (r *run) execute(st state, code string) state {
 
 	units, err := split(code, r.count)
 	if err != nil {
-		r.compileError(err)
+		r.compileError(err, code)
 		return st
 	}
 	next, body, show, err := st.add(units, r.count)
 	if err != nil {
-		r.compileError(err)
+		r.compileError(err, code)
 		return st
 	}
 	src, err := next.program(body, show)
 	if err != nil {
-		r.compileError(err)
+		r.compileError(err, code)
 		return st
 	}
 	dir := filepath.Join(r.work, "run")
@@ -343,11 +345,9 @@ func (r *run) execute(st state, code string) state {
 	switch {
 	case r.ir.interrupted():
 		r.fail("Interrupted", "execution was interrupted", []string{"Interrupted: execution was interrupted"})
-		return st
 	case msg.Panic != nil:
 		tb := append([]string{"panic: " + *msg.Panic}, userFrames(msg.Stack, r.count)...)
 		r.fail("panic", *msg.Panic, tb)
-		return st
 	case err != nil:
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
@@ -355,11 +355,11 @@ func (r *run) execute(st state, code string) state {
 		} else {
 			r.fail("DriverError", err.Error(), nil)
 		}
-		return st
-	}
-	if msg.Result != nil {
+	case msg.Result != nil:
 		send(reply{"type": "result", "id": r.id, "execution_count": r.count, "data": map[string]any{"text/plain": *msg.Result}})
 	}
+	// The cell compiled: its declarations are kept, whatever its
+	// statements did.
 	return next
 }
 
@@ -370,14 +370,22 @@ func (r *run) wait(cmd *exec.Cmd) error {
 	return cmd.Wait()
 }
 
-func (r *run) compileError(err error) {
+// compileError reports the syntax errors of the program made of code.
+// Those past the cell's text (the code ends in the middle of a statement)
+// are reported once, at the cell's last line.
+func (r *run) compileError(err error, code string) {
 	var list scanner.ErrorList
 	if errors.As(err, &list) && len(list) > 0 {
 		var tb []string
 		for _, e := range list {
+			if !strings.HasPrefix(e.Pos.Filename, "cell") {
+				tb = append(tb, fmt.Sprintf("cell line %d: the cell ends in the middle of a statement (%s)", strings.Count(strings.TrimRight(code, "\n"), "\n")+1, e.Msg))
+				break
+			}
 			tb = append(tb, fmt.Sprintf("%s: %s", cellPos(e.Pos.Filename, e.Pos.Line, e.Pos.Column, r.count), e.Msg))
 		}
-		r.fail("CompileError", list[0].Msg, tb)
+		evalue := tb[0][strings.Index(tb[0], ": ")+2:]
+		r.fail("CompileError", evalue, tb)
 		return
 	}
 	r.fail("CompileError", err.Error(), []string{err.Error()})
@@ -407,21 +415,33 @@ func cellPos(file string, line, col, current int) string {
 var buildPos = regexp.MustCompile(`^(?:\./)?(cell\d+):(\d+)(?::(\d+))?: (.*)$`)
 
 // buildErrors returns go build's messages with their positions in the
-// cells, without the package header.
+// cells, in the cells' order (the compiler reports unused variables after
+// the other errors), without the package header.
 func buildErrors(out string, current int) []string {
-	var msgs []string
+	type msg struct {
+		pos  [3]int // cell, line, column
+		text string
+	}
+	var msgs []msg
 	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		if strings.HasPrefix(l, "# ") || l == "" {
 			continue
 		}
-		if m := buildPos.FindStringSubmatch(l); m != nil {
-			line, _ := strconv.Atoi(m[2])
-			col, _ := strconv.Atoi(m[3])
-			l = cellPos(m[1], line, col, current) + ": " + m[4]
+		m := msg{pos: [3]int{math.MaxInt}, text: l}
+		if sub := buildPos.FindStringSubmatch(l); sub != nil {
+			cell, _ := strconv.Atoi(strings.TrimPrefix(sub[1], "cell"))
+			line, _ := strconv.Atoi(sub[2])
+			col, _ := strconv.Atoi(sub[3])
+			m = msg{pos: [3]int{cell, line, col}, text: cellPos(sub[1], line, col, current) + ": " + sub[4]}
 		}
-		msgs = append(msgs, l)
+		msgs = append(msgs, m)
 	}
-	return msgs
+	slices.SortStableFunc(msgs, func(a, b msg) int { return slices.Compare(a.pos[:], b.pos[:]) })
+	texts := make([]string, len(msgs))
+	for i, m := range msgs {
+		texts[i] = m.text
+	}
+	return texts
 }
 
 // userFrames keeps the frames of a goroutine trace that are in the cells:
@@ -466,6 +486,10 @@ func split(code string, cell int) ([]unit, error) {
 	for {
 		pos, tok, lit := s.Scan()
 		if tok == token.EOF {
+			if start >= 0 {
+				p := fset.Position(file.Pos(start))
+				units = append(units, unit{src: code[start:], cell: cell, line: p.Line, col: p.Column})
+			}
 			break
 		}
 		off := file.Offset(pos)
