@@ -346,7 +346,7 @@ func buildGoDriver(ctx context.Context, sup *process.Supervisor, gocmd, driver s
 		return bin, nil
 	}
 	fail := func(err error) (string, error) {
-		return "", fmt.Errorf("build the go driver (go 1.21 or later is needed): %w", err)
+		return "", fmt.Errorf("build the go driver (go 1.19 or later is needed): %w", err)
 	}
 	dir := filepath.Dir(driver)
 	buildEnv := slices.Clone(env)

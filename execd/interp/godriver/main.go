@@ -1,5 +1,6 @@
 // Command godriver is the driver of execd's go code contexts. execd embeds
-// this file, builds it once with the sandbox's go toolchain and runs one
+// this file, builds it once with the sandbox's go toolchain (Go 1.19 or
+// later: Debian bookworm's golang-go; keep it to that) and runs one
 // driver per context: fd 0 is /dev/null, fds 1 and 2 are the pipes execd
 // streams as stdout and stderr, fd 3 carries requests (one JSON object per
 // line), fd 4 carries replies (likewise) and fd 5 carries interrupts (one
@@ -37,7 +38,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -436,7 +437,15 @@ func buildErrors(out string, current int) []string {
 		}
 		msgs = append(msgs, m)
 	}
-	slices.SortStableFunc(msgs, func(a, b msg) int { return slices.Compare(a.pos[:], b.pos[:]) })
+	sort.SliceStable(msgs, func(i, j int) bool {
+		a, b := msgs[i].pos, msgs[j].pos
+		for k := range a {
+			if a[k] != b[k] {
+				return a[k] < b[k]
+			}
+		}
+		return false
+	})
 	texts := make([]string, len(msgs))
 	for i, m := range msgs {
 		texts[i] = m.text
