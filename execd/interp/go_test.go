@@ -149,6 +149,14 @@ func TestGoInterruptAndTimeout(t *testing.T) {
 	if r := runCode(t, c, "y + 1", 0); len(r.results) != 1 || r.results[0]["text"] != "6" {
 		t.Fatalf("state lost after timeout: %+v", r)
 	}
+	// A timeout that comes while the program is being built.
+	start = time.Now()
+	if r = runCode(t, c, "func z() int { return 1 }\ny", 50*time.Millisecond); r.err == nil || r.err.EName != ENameTimeout || time.Since(start) > 5*time.Second {
+		t.Fatalf("timeout while building: %+v after %v", r, time.Since(start))
+	}
+	if r := runCode(t, c, "y", 0); r.err != nil || len(r.results) != 1 || r.results[0]["text"] != "5" {
+		t.Fatalf("context after a timeout while building: %+v", r)
+	}
 	// An interrupt after a run ended does not stop the next one.
 	c.interrupts.Write([]byte{'\n'})
 	if r := runCode(t, c, "time.Sleep(200 * time.Millisecond)\ny * 2", 0); r.err != nil || len(r.results) != 1 || r.results[0]["text"] != "10" {

@@ -168,6 +168,7 @@ type interrupter struct {
 	run     int // the run whose mark was read last
 	current int // the run in progress, 0 between runs
 	proc    *os.Process
+	group   bool // proc leads a process group of its own
 	hit     bool
 	marks   *os.File
 }
@@ -204,12 +205,24 @@ func (ir *interrupter) read() {
 			ir.mu.Lock()
 			if ir.current != 0 && (ir.marks == nil || ir.run == ir.current) {
 				ir.hit = true
-				if ir.proc != nil {
-					ir.proc.Kill()
-				}
+				ir.kill()
 			}
 			ir.mu.Unlock()
 		}
+	}
+}
+
+// kill kills the run's build or program: the build's whole process
+// group (the compiler it runs too), the program alone (it is in the
+// driver's group, which execd kills with the context). ir.mu is held.
+func (ir *interrupter) kill() {
+	if ir.proc == nil {
+		return
+	}
+	if ir.group {
+		syscall.Kill(-ir.proc.Pid, syscall.SIGKILL)
+	} else {
+		ir.proc.Kill()
 	}
 }
 
@@ -241,6 +254,7 @@ func (ir *interrupter) start(cmd *exec.Cmd) error {
 		return err
 	}
 	ir.proc = cmd.Process
+	ir.group = cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid
 	return nil
 }
 
@@ -251,6 +265,10 @@ func (ir *interrupter) interrupted() bool {
 }
 
 var errInterrupted = errors.New("interrupted")
+
+// maxResult bounds the text of a result; the rest is left out, with a
+// note.
+const maxResult = 1 << 20
 
 type run struct {
 	gocmd string
@@ -300,9 +318,17 @@ func (r *run) execute(st state, code string) state {
 		r.fail("DriverError", err.Error(), nil)
 		return st
 	}
-	var out bytes.Buffer
+	// A file, not a buffer: Wait then does not wait for the compiler an
+	// interrupted go command leaves running.
+	out, err := os.Create(filepath.Join(dir, "build-output"))
+	if err != nil {
+		r.fail("DriverError", err.Error(), nil)
+		return st
+	}
+	defer out.Close()
 	build := exec.Command(r.gocmd, "build", "-o", "prog", "main.go")
-	build.Dir, build.Env, build.Stdout, build.Stderr = dir, r.env, &out, &out
+	build.Dir, build.Env, build.Stdout, build.Stderr = dir, r.env, out, out
+	build.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := r.wait(build); err != nil {
 		if r.ir.interrupted() {
 			r.fail("Interrupted", "execution was interrupted", []string{"Interrupted: execution was interrupted"})
@@ -313,7 +339,8 @@ func (r *run) execute(st state, code string) state {
 			r.fail("DriverError", "go build: "+err.Error(), nil)
 			return st
 		}
-		msgs := buildErrors(out.String(), r.count)
+		text, _ := os.ReadFile(out.Name())
+		msgs := buildErrors(string(text), r.count)
 		evalue := "go build failed"
 		if len(msgs) > 0 {
 			evalue = msgs[0]
@@ -357,6 +384,10 @@ func (r *run) execute(st state, code string) state {
 			r.fail("DriverError", err.Error(), nil)
 		}
 	case msg.Result != nil:
+		if len(*msg.Result) > maxResult {
+			cut := (*msg.Result)[:maxResult] + fmt.Sprintf("\n[... %d more bytes of the result left out]", len(*msg.Result)-maxResult)
+			msg.Result = &cut
+		}
 		send(reply{"type": "result", "id": r.id, "execution_count": r.count, "data": map[string]any{"text/plain": *msg.Result}})
 	}
 	// The cell compiled: its declarations are kept, whatever its
