@@ -349,13 +349,19 @@ func buildGoDriver(ctx context.Context, sup *process.Supervisor, gocmd, driver s
 		return "", fmt.Errorf("build the go driver (go 1.19 or later is needed): %w", err)
 	}
 	dir := filepath.Dir(driver)
-	buildEnv := slices.Clone(env)
+	// The environment's own values of these go, not only shadowed: a
+	// program may read the first of two.
+	set := []string{"GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0"}
 	if !slices.ContainsFunc(env, func(kv string) bool {
 		return strings.HasPrefix(kv, "GOCACHE=") || strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "XDG_CACHE_HOME=")
 	}) {
-		buildEnv = append(buildEnv, "GOCACHE="+filepath.Join(dir, "go-build"))
+		set = append(set, "GOCACHE="+filepath.Join(dir, "go-build"))
 	}
-	buildEnv = append(buildEnv, "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
+	buildEnv := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(set, func(s string) bool { return strings.HasPrefix(s, k+"=") })
+	})
+	buildEnv = append(buildEnv, set...)
 	out, err := os.CreateTemp(dir, ".go-build-output-*")
 	if err != nil {
 		return fail(err)
