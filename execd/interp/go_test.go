@@ -44,6 +44,10 @@ func TestGoStateResultsAndErrors(t *testing.T) {
 	if r = runCode(t, c, "import \"os\"\nfmt.Fprint(os.Stderr, \"oops\")", 0); r.stderr != "oops" || r.err != nil {
 		t.Errorf("stderr run: %+v", r)
 	}
+	// Statements with clauses; a comment after the last expression.
+	if r = runCode(t, c, "sum := 0\nfor i := 0; i < 4; i++ {\n\tif j := i; j > 0 {\n\t\tsum += j\n\t}\n}\nsum // the total", 0); len(r.results) != 1 || r.results[0]["text"] != "6" {
+		t.Errorf("for and if with clauses: %+v", r)
+	}
 	// The cell's own main runs in its run only.
 	if r = runCode(t, c, "func main() {\n\tfmt.Println(\"main\", f())\n}", 0); r.stdout != "main 7\n" || r.err != nil {
 		t.Errorf("func main: %+v", r)

@@ -1,6 +1,6 @@
 // Command godriver is the driver of execd's go code contexts. execd embeds
-// this file, builds it once with the sandbox's go toolchain (Go 1.19 or
-// later: Debian bookworm's golang-go; keep it to that) and runs one
+// this file, builds it once with the sandbox's go toolchain (so it uses
+// nothing newer than Go 1.19, Debian bookworm's golang-go) and runs one
 // driver per context: fd 0 is /dev/null, fds 1 and 2 are the pipes execd
 // streams as stdout and stderr, fd 3 carries requests (one JSON object per
 // line), fd 4 carries replies (likewise) and fd 5 carries interrupts (one
@@ -9,7 +9,7 @@
 //
 // Semantics, as Go notebook kernels behave: each run builds and runs a new
 // program. Its package-level declarations are those of every earlier run
-// that succeeded (imports, types, funcs and methods, consts, and vars),
+// whose program built (imports, types, funcs and methods, consts, vars),
 // a later declaration of a name replacing the earlier one, plus the
 // current cell's; the cell's statements are the body of main. Statements
 // of earlier runs do not run again, and values do not carry over from one
@@ -366,7 +366,6 @@ func (r *run) execute(st state, code string) state {
 	var msg struct {
 		Result *string
 		Panic  *string
-		Type   string
 		Stack  string
 	}
 	json.Unmarshal(result, &msg)
@@ -522,38 +521,50 @@ func split(code string, cell int) ([]unit, error) {
 	var s scanner.Scanner
 	s.Init(file, []byte(code), func(pos token.Position, msg string) { errs.Add(pos, msg) }, 0)
 	var units []unit
-	depth, start := 0, -1
+	// start is the offset of the unit's first token, end that just past
+	// its last (a comment after it is not part of it). header: in the
+	// clauses of a for, if or switch, up to its block, whose semicolons
+	// do not end the statement.
+	depth, start, end, header := 0, -1, 0, false
+	flush := func() {
+		if start >= 0 {
+			p := fset.Position(file.Pos(start))
+			units = append(units, unit{src: code[start:end], cell: cell, line: p.Line, col: p.Column})
+		}
+		start = -1
+	}
 	for {
 		pos, tok, lit := s.Scan()
 		if tok == token.EOF {
-			if start >= 0 {
-				p := fset.Position(file.Pos(start))
-				units = append(units, unit{src: code[start:], cell: cell, line: p.Line, col: p.Column})
-			}
+			flush()
 			break
 		}
 		off := file.Offset(pos)
 		switch tok {
-		case token.LPAREN, token.LBRACK, token.LBRACE:
+		case token.FOR, token.IF, token.SWITCH:
+			header = header || depth == 0
+		case token.LBRACE:
+			header = header && depth != 0
+			depth++
+		case token.LPAREN, token.LBRACK:
 			depth++
 		case token.RPAREN, token.RBRACK, token.RBRACE:
 			depth--
 		}
-		if tok == token.SEMICOLON && depth == 0 {
-			if start >= 0 {
-				end := off
-				if lit == ";" {
-					end++
-				}
-				p := fset.Position(file.Pos(start))
-				units = append(units, unit{src: code[start:end], cell: cell, line: p.Line, col: p.Column})
+		if tok == token.SEMICOLON && depth == 0 && !(header && lit == ";") {
+			if lit == ";" {
+				end = off + 1
 			}
-			start = -1
+			flush()
 			continue
 		}
 		if start < 0 {
 			start = off
 		}
+		if lit == "" {
+			lit = tok.String()
+		}
+		end = off + len(lit)
 	}
 	if len(errs) > 0 {
 		errs.Sort()
@@ -776,7 +787,7 @@ func _osbShow(v any) { _osbReport(map[string]any{"Result": _osbfmt.Sprint(v)}) }
 
 func _osbRecover() {
 	if r := recover(); r != nil {
-		_osbReport(map[string]any{"Panic": _osbfmt.Sprint(r), "Type": _osbfmt.Sprintf("%T", r), "Stack": string(_osbdebug.Stack())})
+		_osbReport(map[string]any{"Panic": _osbfmt.Sprint(r), "Stack": string(_osbdebug.Stack())})
 		_osbos.Exit(2)
 	}
 }
