@@ -7,7 +7,10 @@
 #   opensandbox/python:3.11     the same plus python3
 #   opensandbox/code-interpreter
 #                               the same plus numpy, pandas, matplotlib, nodejs
-#                               and bash: the image of the code interpreter
+#                               and bash: the image of the code interpreter,
+#                               with its entrypoint script
+#                               (scripts/code-interpreter) on top of the root
+#                               file system opensandbox/code-interpreter:rootfs
 #   opensandbox/busybox         busybox-static with its applet links (~2 MB)
 #   opensandbox/noshell         busybox-static alone, without any shell link:
 #                               an image in which no shell exists
@@ -177,6 +180,41 @@ binary_image() {
 	log "built $image from bin/$name"
 }
 
+# code_interpreter_image makes opensandbox/code-interpreter: the root file
+# system opensandbox/code-interpreter:rootfs plus the entrypoint script
+# scripts/code-interpreter/code-interpreter.sh at the two paths clients name,
+# /opt/code-interpreter/code-interpreter.sh and
+# /opt/opensandbox/code-interpreter.sh. Its labels carry the script's SHA-256
+# and the root file system's image id: it is remade, in about a second, when
+# either changed.
+code_interpreter_image() {
+	local image=opensandbox/code-interpreter base=opensandbox/code-interpreter:rootfs
+	local src=$top/scripts/code-interpreter/code-interpreter.sh sum base_id labels old dir cid
+	sum=$(sha256sum "$src" | cut -d' ' -f1)
+	base_id=$(docker image inspect --format '{{.Id}}' "$base")
+	labels=$(docker image inspect --format '{{index .Config.Labels "io.opensandbox.entrypoint.sha256"}} {{index .Config.Labels "io.opensandbox.rootfs.id"}}' "$image" 2>/dev/null || true)
+	if [[ ${FORCE:-0} != 1 && $labels == "$sum $base_id" ]]; then
+		return
+	fi
+	old=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+	dir="$cache/code-interpreter-entrypoint"
+	rm -rf "$dir"
+	mkdir -p "$dir/opt/code-interpreter" "$dir/opt/opensandbox"
+	install -m 0755 "$src" "$dir/opt/code-interpreter/code-interpreter.sh"
+	install -m 0755 "$src" "$dir/opt/opensandbox/code-interpreter.sh"
+	cid=$(docker create "$base")
+	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker cp - "$cid:/"
+	docker commit \
+		--change "LABEL io.opensandbox.entrypoint.sha256=$sum io.opensandbox.rootfs.id=$base_id" \
+		"$cid" "$image" >/dev/null
+	docker rm "$cid" >/dev/null
+	rm -rf "$dir"
+	if [[ -n $old && $old != "$(docker image inspect --format '{{.Id}}' "$base")" ]]; then
+		docker image rm "$old" >/dev/null 2>&1 || true
+	fi
+	log "built $image with scripts/code-interpreter/code-interpreter.sh"
+}
+
 main() {
 	if ! docker version >/dev/null 2>&1; then
 		log "no Docker engine answers; run scripts/docker-up.sh (make docker) first"
@@ -186,8 +224,17 @@ main() {
 	mkdir -p "$cache"
 	have_image opensandbox/base:bookworm || bootstrap opensandbox/base:bookworm "" base
 	have_image opensandbox/python:3.11 || bootstrap opensandbox/python:3.11 "python3" python
-	have_image opensandbox/code-interpreter ||
-		bootstrap opensandbox/code-interpreter "" code "python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs"
+	if ! have_image opensandbox/code-interpreter:rootfs; then
+		if [[ ${FORCE:-0} != 1 ]] && docker image inspect opensandbox/code-interpreter >/dev/null 2>&1 &&
+			[[ -z $(docker image inspect --format '{{index .Config.Labels "io.opensandbox.entrypoint.sha256"}}' opensandbox/code-interpreter) ]]; then
+			# Made before the entrypoint was installed on top: that image
+			# is the root file system.
+			docker tag opensandbox/code-interpreter opensandbox/code-interpreter:rootfs
+		else
+			bootstrap opensandbox/code-interpreter:rootfs "" code "python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs"
+		fi
+	fi
+	code_interpreter_image
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi
