@@ -180,15 +180,15 @@ binary_image() {
 	log "built $image from bin/$name"
 }
 
-# code_interpreter_image makes opensandbox/code-interpreter: the root file
-# system opensandbox/code-interpreter:rootfs plus the entrypoint script
+# code_interpreter_image IMAGE ROOTFS makes IMAGE (opensandbox/code-interpreter):
+# the root file system ROOTFS (opensandbox/code-interpreter:rootfs) plus the entrypoint script
 # scripts/code-interpreter/code-interpreter.sh at the two paths clients name,
 # /opt/code-interpreter/code-interpreter.sh and
 # /opt/opensandbox/code-interpreter.sh. Its labels carry the script's SHA-256
 # and the root file system's image id: it is remade, in about a second, when
 # either changed.
 code_interpreter_image() {
-	local image=opensandbox/code-interpreter base=opensandbox/code-interpreter:rootfs
+	local image=$1 base=$2
 	local src=$top/scripts/code-interpreter/code-interpreter.sh sum base_id labels old dir cid
 	sum=$(sha256sum "$src" | cut -d' ' -f1)
 	base_id=$(docker image inspect --format '{{.Id}}' "$base")
@@ -203,7 +203,7 @@ code_interpreter_image() {
 	install -m 0755 "$src" "$dir/opt/code-interpreter/code-interpreter.sh"
 	install -m 0755 "$src" "$dir/opt/opensandbox/code-interpreter.sh"
 	cid=$(docker create "$base")
-	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker cp - "$cid:/"
+	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c opt | docker cp - "$cid:/"
 	docker commit \
 		--change "LABEL io.opensandbox.entrypoint.sha256=$sum io.opensandbox.rootfs.id=$base_id" \
 		"$cid" "$image" >/dev/null
@@ -234,7 +234,7 @@ main() {
 			bootstrap opensandbox/code-interpreter:rootfs "" code "python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs"
 		fi
 	fi
-	code_interpreter_image
+	code_interpreter_image opensandbox/code-interpreter opensandbox/code-interpreter:rootfs
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi
