@@ -146,7 +146,7 @@ func TestCodeInterpreterEntrypoint(t *testing.T) {
 	c := s.execd(id)
 	var cc api.CodeContext
 	c.call("POST", "/code/context", api.CodeContext{Language: "python"}, 200, &cc)
-	if r := c.stream("/code", api.RunCodeRequest{Code: "import sys\nprint(sys.version_info[0] + 1)", Context: &cc}); r.exit != "0" || r.stdout != "4" {
+	if r := c.stream("/code", api.RunCodeRequest{Code: "import sys\nprint(sys.version_info[0] + 1)", Context: &cc}); r.exit != "0" || strings.TrimSpace(r.stdout) != "4" {
 		t.Fatalf("code run: exit %q stdout %q stderr %q", r.exit, r.stdout, r.stderr)
 	}
 	var st api.CommandStatus
