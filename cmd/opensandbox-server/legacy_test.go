@@ -2,13 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 // writeFile writes text to a file of its own and returns its path.
@@ -310,4 +319,88 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("the conversion means\n%+v\nthe original\n%+v", got, cfg)
 		}
 	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLegacyConfigServes starts the server on Docker with the existing
+// server's example file and asks its API, with the file's key and without.
+func TestLegacyConfigServes(t *testing.T) {
+	testenv.MustHaveDocker(t)
+	var logs lockedBuffer
+	ready := make(chan net.Addr, 1)
+	m := &Main{ConfigPath: "testdata/legacy-docker.toml", Listen: "127.0.0.1:0", Ready: ready,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	// The file's data directory and scope would be the host's default
+	// ones: the test keeps its own. No sandbox is created, so the execd
+	// binary only has to be an executable file.
+	d := &m.Config.Runtime.Docker
+	d.DataDir = t.TempDir()
+	d.LabelScope = "legacy-test-" + strconv.Itoa(os.Getpid())
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.ExecdPath = self
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("the server stopped: %v\n%s", err, logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the server did not start:\n%s", logs.String())
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"legacy-docker-key-0123456789", http.StatusOK}, {"", http.StatusUnauthorized}, {"wrong-key-0123456789", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest("GET", "http://"+addr.String()+"/v1/sandboxes", nil)
+		if tc.key != "" {
+			req.Header.Set(api.HeaderAPIKey, tc.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET /v1/sandboxes with key %q: %d, want %d", tc.key, resp.StatusCode, tc.want)
+		}
+	}
+	for _, k := range []string{"runtime.execd_image", "docker.api_timeout", "renew_intent.enabled"} {
+		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "key="+k+" ") {
+			t.Errorf("no warning on %s in the log", k)
+		}
+	}
 }
