@@ -67,7 +67,7 @@ func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	log := m.logger()
 	for _, n := range cfg.Notes {
-		log.Warn("configuration key of the existing OpenSandbox server's format has no effect here", "key", n.Key, "why", n.Why)
+		log.Warn("configuration key of the existing OpenSandbox server's format: no effect here, or adjusted", "key", n.Key, "why", n.Why)
 	}
 	metrics := lifecycle.NewMetrics()
 	var rt sandbox.Runtime
