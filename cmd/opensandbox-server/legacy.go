@@ -187,7 +187,7 @@ var noEffect = map[string]string{
 	"ingress.gateway":                                 "gateway ingress is not offered; endpoints are direct or go through this server's proxy (use_server_proxy)",
 	"ingress.secure_access":                           "signed gateway routes are not offered; endpoints carry their own access headers",
 	"egress.image":                                    "that image is the existing server's egress sidecar; this server starts its own osb-egress (egress.image, default opensandbox/egress:latest)",
-	"egress.disable_ipv6":                             "osb-egress decides IPv6 by mode (docs/egress.md): stopped in dns+nft, filtered in strict",
+	"egress.disable_ipv6":                             "IPv6 follows egress.mode here (docs/egress.md): stopped in strict, filtered like IPv4 in dns+nft, not stopped in dns",
 	"podman":                                          "this server has no Podman runtime",
 	"store":                                           "this server keeps its state itself: runtime.docker.data_dir on Docker, the cluster's objects on Kubernetes",
 }
@@ -389,6 +389,9 @@ func convertLegacy(data []byte, apiKey string) (string, []configNote, error) {
 	switch lc.Egress.Mode {
 	case "":
 	case "dns", "dns+nft":
+		if lc.Egress.Mode == "dns" {
+			notes = append(notes, configNote{Key: "egress.mode", Why: "\"dns\" here does not stop IPv6, which the existing server disabled by default; \"dns+nft\" filters it, \"strict\" stops it"})
+		}
 		e.addSection("egress", "# How sandboxes with a network policy are enforced (docs/egress.md).", "mode", lc.Egress.Mode)
 	default:
 		return "", nil, fmt.Errorf("egress.mode: %q is not dns or dns+nft", lc.Egress.Mode)
@@ -454,7 +457,7 @@ func convertLegacyDocker(lc *legacyConfig, md toml.MetaData, e *exampleEdit, not
 		}
 		if len(kept) > 0 {
 			notes = append(notes, configNote{Key: "docker.drop_capabilities",
-				Why: "does not drop " + strings.Join(kept, ", ") + "; sandboxes here never get them"})
+				Why: "does not drop " + strings.Join(kept, ", ") + "; sandboxes here never get these capabilities"})
 		}
 		e.insert("runtime.docker", "# Capabilities of sandboxes, all others dropped (from docker.drop_capabilities).", "capabilities", caps)
 	}

@@ -94,7 +94,7 @@ func TestLegacyExampleKubernetes(t *testing.T) {
 	want := []string{"renew_intent.enabled", "renew_intent.min_interval_seconds", "renew_intent.redis.enabled",
 		"renew_intent.redis.queue_key", "renew_intent.redis.consumer_concurrency", "runtime.execd_image",
 		"kubernetes.informer_enabled", "kubernetes.informer_resync_seconds", "kubernetes.informer_watch_timeout_seconds",
-		"kubernetes.workload_provider", "kubernetes.batchsandbox_template_file", "egress.image"}
+		"kubernetes.workload_provider", "kubernetes.batchsandbox_template_file", "egress.image", "egress.mode"}
 	if got := noteKeys(cfg.Notes); !slices.Equal(got, want) {
 		t.Errorf("notes on %v, want %v", got, want)
 	}
