@@ -108,12 +108,16 @@ bootstrap() {
 	if [[ -n ${4:-} ]]; then
 		log "apt-get install $4 into $image"
 		cp /etc/resolv.conf "$dir/etc/resolv.conf"
+		# The JDK's post-installation script runs java, which needs /proc.
+		mount -t proc proc "$dir/proc"
 		chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$cache/debootstrap-$3.log" 2>&1 &&
 			chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 				${4//,/ } >>"$cache/debootstrap-$3.log" 2>&1 || {
+			umount "$dir/proc"
 			tail -n 20 "$cache/debootstrap-$3.log" >&2
 			return 1
 		}
+		umount "$dir/proc"
 		chroot "$dir" apt-get clean
 		: >"$dir/etc/resolv.conf"
 	fi
