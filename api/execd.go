@@ -3,6 +3,7 @@ package api
 import (
 	"archive/tar"
 	"bytes"
+	"strings"
 	"time"
 )
 
@@ -115,6 +116,23 @@ type CommandStatus struct {
 	Error      string     `json:"error,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// EntrypointCommandID is the command id under which execd serves the
+// entrypoint's status: GET /command/status/entrypoint.
+const EntrypointCommandID = "entrypoint"
+
+// ExitCodeStartFailure is the exit code execd records for a command that
+// could not start.
+const ExitCodeStartFailure = 255
+
+// StartFailed reports whether the command could not start at all (its
+// executable missing, not executable, not a valid executable), as opposed
+// to one that ran and exited: execd records that as exit code 255 with the
+// start error, and a process that ran as "exit status N" or "signal: S".
+func (s *CommandStatus) StartFailed() bool {
+	return !s.Running && s.ExitCode != nil && *s.ExitCode == ExitCodeStartFailure && s.Error != "" &&
+		!strings.HasPrefix(s.Error, "exit status ") && !strings.HasPrefix(s.Error, "signal: ")
 }
 
 // CreateSessionRequest is the optional body of POST /session.

@@ -114,6 +114,12 @@ type SandboxStatus struct {
 	LastTransitionAt *time.Time `json:"lastTransitionAt,omitempty"`
 }
 
+// ReasonEntrypointFailed is the status reason of a sandbox whose
+// entrypoint could not start: the file is missing, not executable or not
+// a valid executable. Its state is Failed and its message execd's error.
+// An entrypoint that started and exited later leaves the sandbox Running.
+const ReasonEntrypointFailed = "ENTRYPOINT_FAILED"
+
 // Sandbox is a sandbox on the wire (GET, list items, PATCH metadata).
 type Sandbox struct {
 	ID         string            `json:"id"`

@@ -25,7 +25,7 @@ const (
 	// SIGTERM and SIGKILL.
 	interruptGrace = 3 * time.Second
 	// exitCodeStartFailure is the status of a command that never started.
-	exitCodeStartFailure = 255
+	exitCodeStartFailure = api.ExitCodeStartFailure
 )
 
 // command is the record of one command started through POST /command (or

@@ -5,12 +5,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/execd/process"
 )
 
 // EntrypointID is the command id under which the entrypoint's status is
 // served: GET /command/status/entrypoint.
-const EntrypointID = "entrypoint"
+const EntrypointID = api.EntrypointCommandID
 
 // Entrypoint is the sandbox's main process, started by execd as init.
 type Entrypoint struct {

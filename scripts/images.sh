@@ -8,9 +8,12 @@
 #   opensandbox/code-interpreter
 #                               the same plus numpy, pandas, matplotlib, nodejs
 #                               with typescript, a JDK (JShell), Go and bash:
-#                               the image of the code interpreter; it carries
-#                               the SHA-256 of its package list as a label and
-#                               is rebuilt when the list changes
+#                               the image of the code interpreter, with its
+#                               entrypoint script (scripts/code-interpreter)
+#                               on top of the root file system
+#                               opensandbox/code-interpreter:rootfs, which
+#                               carries the SHA-256 of its package list as a
+#                               label and is rebuilt when the list changes
 #   opensandbox/busybox         busybox-static with its applet links (~2 MB)
 #   opensandbox/noshell         busybox-static alone, without any shell link:
 #                               an image in which no shell exists
@@ -105,12 +108,16 @@ bootstrap() {
 	if [[ -n ${4:-} ]]; then
 		log "apt-get install $4 into $image"
 		cp /etc/resolv.conf "$dir/etc/resolv.conf"
+		# The JDK's post-installation script runs java, which needs /proc.
+		mount -t proc proc "$dir/proc"
 		chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$cache/debootstrap-$3.log" 2>&1 &&
 			chroot "$dir" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 				${4//,/ } >>"$cache/debootstrap-$3.log" 2>&1 || {
+			umount "$dir/proc"
 			tail -n 20 "$cache/debootstrap-$3.log" >&2
 			return 1
 		}
+		umount "$dir/proc"
 		chroot "$dir" apt-get clean
 		: >"$dir/etc/resolv.conf"
 	fi
@@ -182,6 +189,41 @@ binary_image() {
 	log "built $image from bin/$name"
 }
 
+# code_interpreter_image IMAGE ROOTFS makes IMAGE (opensandbox/code-interpreter):
+# the root file system ROOTFS (opensandbox/code-interpreter:rootfs) plus the entrypoint script
+# scripts/code-interpreter/code-interpreter.sh at the two paths clients name,
+# /opt/code-interpreter/code-interpreter.sh and
+# /opt/opensandbox/code-interpreter.sh. Its labels carry the script's SHA-256
+# and the root file system's image id: it is remade, in about a second, when
+# either changed.
+code_interpreter_image() {
+	local image=$1 base=$2
+	local src=$top/scripts/code-interpreter/code-interpreter.sh sum base_id labels old dir cid
+	sum=$(sha256sum "$src" | cut -d' ' -f1)
+	base_id=$(docker image inspect --format '{{.Id}}' "$base")
+	labels=$(docker image inspect --format '{{index .Config.Labels "io.opensandbox.entrypoint.sha256"}} {{index .Config.Labels "io.opensandbox.rootfs.id"}}' "$image" 2>/dev/null || true)
+	if [[ ${FORCE:-0} != 1 && $labels == "$sum $base_id" ]]; then
+		return
+	fi
+	old=$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+	dir="$cache/code-interpreter-entrypoint"
+	rm -rf "$dir"
+	mkdir -p "$dir/opt/code-interpreter" "$dir/opt/opensandbox"
+	install -m 0755 "$src" "$dir/opt/code-interpreter/code-interpreter.sh"
+	install -m 0755 "$src" "$dir/opt/opensandbox/code-interpreter.sh"
+	cid=$(docker create "$base")
+	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c opt | docker cp - "$cid:/"
+	docker commit \
+		--change "LABEL io.opensandbox.entrypoint.sha256=$sum io.opensandbox.rootfs.id=$base_id" \
+		"$cid" "$image" >/dev/null
+	docker rm "$cid" >/dev/null
+	rm -rf "$dir"
+	if [[ -n $old && $old != "$(docker image inspect --format '{{.Id}}' "$base")" ]]; then
+		docker image rm "$old" >/dev/null 2>&1 || true
+	fi
+	log "built $image with scripts/code-interpreter/code-interpreter.sh"
+}
+
 main() {
 	if ! docker version >/dev/null 2>&1; then
 		log "no Docker engine answers; run scripts/docker-up.sh (make docker) first"
@@ -197,12 +239,13 @@ main() {
 	local code_pkgs="python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core,nodejs,node-typescript,default-jdk-headless,golang-go"
 	local code_sum old
 	code_sum=$(printf '%s' "$code_pkgs" | sha256sum | cut -d' ' -f1)
-	if ! have_image opensandbox/code-interpreter ||
-		[[ $(docker image inspect --format '{{index .Config.Labels "io.opensandbox.packages.sha256"}}' opensandbox/code-interpreter) != "$code_sum" ]]; then
-		old=$(docker image inspect --format '{{.Id}}' opensandbox/code-interpreter 2>/dev/null || true)
-		bootstrap opensandbox/code-interpreter "" code "$code_pkgs" "io.opensandbox.packages.sha256=$code_sum"
+	if ! have_image opensandbox/code-interpreter:rootfs ||
+		[[ $(docker image inspect --format '{{index .Config.Labels "io.opensandbox.packages.sha256"}}' opensandbox/code-interpreter:rootfs) != "$code_sum" ]]; then
+		old=$(docker image inspect --format '{{.Id}}' opensandbox/code-interpreter:rootfs 2>/dev/null || true)
+		bootstrap opensandbox/code-interpreter:rootfs "" code "$code_pkgs" "io.opensandbox.packages.sha256=$code_sum"
 		[[ -n $old ]] && docker image rm "$old" >/dev/null 2>&1 || true
 	fi
+	code_interpreter_image opensandbox/code-interpreter opensandbox/code-interpreter:rootfs
 	if ! have_image opensandbox/busybox || ! have_image opensandbox/noshell; then
 		busybox_images
 	fi

@@ -36,6 +36,10 @@ type fileConfig struct {
 	Pools   []poolConfig  `toml:"pools"`
 	// Egress is how sandboxes with a network policy are enforced.
 	Egress sandbox.EgressConfig `toml:"egress"`
+
+	// Notes are the keys of a file in the existing server's format that
+	// have no effect here, logged at start.
+	Notes []configNote `toml:"-"`
 }
 
 // poolConfig is one [[pools]] table: a warm pool the server keeps.
@@ -134,6 +138,16 @@ func loadConfig(path string, insecure bool) (*fileConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A file in the existing server's format is converted into this
+	// server's, and the keys with no effect here are kept for the log.
+	var notes []configNote
+	if isLegacy(data) {
+		text, n, err := convertLegacy(data, "")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		data, notes = []byte(text), n
+	}
 	var cfg fileConfig
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&cfg)
 	if err != nil {
@@ -149,6 +163,7 @@ func loadConfig(path string, insecure bool) (*fileConfig, error) {
 	if cfg.Version != configVersion {
 		return nil, fmt.Errorf("%s: version = %d; this server reads version %d", path, cfg.Version, configVersion)
 	}
+	cfg.Notes = notes
 	cfg.setDefaults()
 	if key := os.Getenv(envAPIKey); key != "" {
 		cfg.Server.APIKey = key
@@ -479,6 +494,25 @@ allowed_cidrs = ["169.254.20.10:53"]   # NodeLocal DNSCache
 
 ` + examplePools
 
+// writeConverted converts from, a file in the existing server's format,
+// into this server's commented format at path (as writeExample writes),
+// with a fresh API key if from has none. It returns the notes the new file
+// carries as comments.
+func writeConverted(path, from string, force bool) ([]configNote, error) {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return nil, err
+	}
+	if !isLegacy(data) {
+		return nil, fmt.Errorf("%s is not in the existing OpenSandbox server's format (it has a version key, or none of that format's own keys)", from)
+	}
+	text, notes, err := convertLegacy(data, genKey())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return notes, writeConfigFile(path, text, force)
+}
+
 // writeExample writes the example configuration for runtime to path, with
 // a fresh API key, readable by its owner only. It refuses to overwrite a
 // file unless force is set.
@@ -492,6 +526,12 @@ func writeExample(path, runtime string, force bool) error {
 	default:
 		return fmt.Errorf("--example %q: available examples: docker, kubernetes", runtime)
 	}
+	return writeConfigFile(path, strings.Replace(text, "{{KEY}}", genKey(), 1), force)
+}
+
+// writeConfigFile writes text to path, readable by its owner only (it
+// holds the API key), refusing to overwrite a file unless force is set.
+func writeConfigFile(path, text string, force bool) error {
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if force {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
@@ -508,7 +548,7 @@ func writeExample(path, runtime string, force bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(strings.Replace(text, "{{KEY}}", genKey(), 1))
+	_, err = f.WriteString(text)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -4,6 +4,7 @@
 //
 //	opensandbox-server [--config PATH]             serve
 //	opensandbox-server init-config PATH --example docker
+//	opensandbox-server init-config PATH --from OLD.toml   convert the existing server's format
 //	opensandbox-server gen-key
 package main
 
@@ -55,12 +56,21 @@ The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
 
 	var example string
 	var force bool
+	var from string
 	initConfig := &cobra.Command{
 		Use:   "init-config PATH",
 		Short: "Write a commented configuration that starts as is, with a fresh API key",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := writeExample(args[0], example, force); err != nil {
+			if from != "" {
+				notes, err := writeConverted(args[0], from, force)
+				if err != nil {
+					return err
+				}
+				for _, n := range notes {
+					fmt.Fprintln(cmd.OutOrStdout(), "note:", n)
+				}
+			} else if err := writeExample(args[0], example, force); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (its API key is in server.api_key)\nstart the server with: opensandbox-server --config %s\n", args[0], args[0])
@@ -68,6 +78,8 @@ The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
 		},
 	}
 	initConfig.Flags().StringVar(&example, "example", "docker", "which example: docker or kubernetes")
+	initConfig.Flags().StringVar(&from, "from", "", "convert this configuration of the existing OpenSandbox server (its ~/.sandbox.toml) instead of writing an example")
+	initConfig.MarkFlagsMutuallyExclusive("from", "example")
 	initConfig.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
 
 	genKeyCmd := &cobra.Command{

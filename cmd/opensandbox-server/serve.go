@@ -66,6 +66,9 @@ func (m *Main) logger() *slog.Logger {
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	log := m.logger()
+	for _, n := range cfg.Notes {
+		log.Warn("configuration key of the existing OpenSandbox server's format: no effect here, or adjusted", "key", n.Key, "why", n.Why)
+	}
 	metrics := lifecycle.NewMetrics()
 	var rt sandbox.Runtime
 	// egress is set when the runtime enforces network policies.

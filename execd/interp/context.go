@@ -29,7 +29,9 @@ import (
 // Defaults of Options.
 const (
 	// DefaultStartTimeout bounds the wait for a new driver's ready message.
-	DefaultStartTimeout = 10 * time.Second
+	// An interpreter that loads in a fraction of a second alone can take
+	// ten or more while a sandbox's CPU is shared with other contexts.
+	DefaultStartTimeout = 30 * time.Second
 	// KillGrace is how long a run that timed out has to stop after its
 	// interrupt before the context's processes are killed.
 	KillGrace = 2 * time.Second

@@ -291,6 +291,9 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 		api.ClaimRequest{Token: token, Env: spec.Env, Entrypoint: entrypoint}); err != nil {
 		return nil, err
 	}
+	// Taken: an entrypoint that could not start makes this sandbox Failed
+	// below, the claim's answer, rather than a reason to try another.
+	startErr := checkEntrypoint(ctx, addr, token)
 
 	now := time.Now().UTC()
 	var sb *sandbox.Sandbox
@@ -320,6 +323,17 @@ func (r *Runtime) handOver(ctx context.Context, e *entry, def *sandbox.Pool, spe
 		return nil, fmt.Errorf("record the claimed sandbox: %w", err)
 	}
 	r.log.Info("sandbox claimed from pool", "sandbox", id, "pool", def.Name)
+	var f *failure
+	if errors.As(startErr, &f) && f.reason != api.ReasonEntrypointFailed {
+		// Claimed and handed over: a status execd did not give is no
+		// reason to fail the sandbox.
+		r.log.Warn("entrypoint status of a claimed sandbox", "sandbox", id, "err", startErr)
+	} else if f != nil {
+		r.failStarted(context.WithoutCancel(ctx), e, f)
+		if cur, err := r.Get(ctx, id); err == nil {
+			sb = cur
+		}
+	}
 	return sb, nil
 }
 

@@ -2,8 +2,10 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -56,7 +58,6 @@ func (r *Runtime) runProvision(ctx context.Context, e *entry, spec sandbox.Spec)
 // container, if one was made, is stopped but kept, so that its logs tell
 // what happened, until the sandbox is deleted.
 func (r *Runtime) provision(ctx context.Context, e *entry, spec sandbox.Spec) {
-	id := e.sb.ID
 	err := r.provisionSteps(ctx, e, &spec)
 	if err == nil || ctx.Err() != nil {
 		return // running, or deleted, or the runtime is closing
@@ -65,11 +66,18 @@ func (r *Runtime) provision(ctx context.Context, e *entry, spec sandbox.Spec) {
 	if !errors.As(err, &f) {
 		f = &failure{reason: "PROVISIONING_ERROR", msg: err.Error()}
 	}
-	cleanup := context.WithoutCancel(ctx)
-	if err := r.eng.kill(cleanup, containerName(id)); err != nil && !errors.Is(err, errNoSuchObject) {
+	r.failStarted(context.WithoutCancel(ctx), e, f)
+}
+
+// failStarted records as Failed a sandbox whose container may exist: the
+// container is stopped but kept, and the last lines of its log join the
+// message.
+func (r *Runtime) failStarted(ctx context.Context, e *entry, f *failure) {
+	id := e.sb.ID
+	if err := r.eng.kill(ctx, containerName(id)); err != nil && !errors.Is(err, errNoSuchObject) {
 		r.log.Warn("stop container of failed sandbox", "sandbox", id, "err", err)
 	}
-	if logs, err := r.eng.logs(cleanup, containerName(id), 5, time.Time{}); err == nil && strings.TrimSpace(logs) != "" {
+	if logs, err := r.eng.logs(ctx, containerName(id), 5, time.Time{}); err == nil && strings.TrimSpace(logs) != "" {
 		f.msg += "; last lines of its log:\n" + strings.TrimRight(logs, "\n")
 	}
 	r.log.Warn("sandbox failed to start", "sandbox", id, "reason", f.reason, "err", f.msg)
@@ -154,6 +162,11 @@ func (r *Runtime) provisionSteps(ctx context.Context, e *entry, spec *sandbox.Sp
 			return err
 		}
 		handed = info.StartedAt
+	}
+	if info.State == "running" {
+		if err := checkEntrypoint(ctx, execd, token); err != nil {
+			return err
+		}
 	}
 	state, reason := sandbox.StateRunning, "CONTAINER_RUNNING"
 	if info.State == "paused" {
@@ -551,6 +564,40 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 			delay = min(delay*2, 100*time.Millisecond)
 		}
 	}
+}
+
+// checkEntrypoint asks execd, published at hostAddr, whether the
+// sandbox's entrypoint could start, and answers a failure with reason
+// api.ReasonEntrypointFailed when it could not (missing, not executable,
+// not a valid executable). execd starts the entrypoint before it serves,
+// so the answer is known once /ping has answered. An entrypoint that
+// started is fine whatever happened to it since, and so is no entrypoint
+// (a warm sandbox before its claim).
+func checkEntrypoint(ctx context.Context, hostAddr, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, execdURL(hostAddr)+"/command/status/"+api.EntrypointCommandID, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(sandbox.HeaderExecdToken, token)
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return &failure{"EXECD_NOT_READY", fmt.Sprintf("ask execd for the entrypoint's status: %v", err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	var st api.CommandStatus
+	if resp.StatusCode != http.StatusOK {
+		return &failure{"EXECD_NOT_READY", fmt.Sprintf("execd answered the entrypoint's status with %s", resp.Status)}
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
+		return &failure{"EXECD_NOT_READY", fmt.Sprintf("read the entrypoint's status: %v", err)}
+	}
+	if st.StartFailed() {
+		return &failure{api.ReasonEntrypointFailed, fmt.Sprintf("the entrypoint %s could not start: %s", st.Content, st.Error)}
+	}
+	return nil
 }
 
 // execdURL is the base URL at which the server reaches a sandbox's execd

@@ -100,8 +100,8 @@ async function sessions(sbx) {
     eq("session keeps cwd and variables", lines(second.logs.stdout), ["/etc", "kept"]);
     const failed = await sbx.commands.runInSession(id, "echo oops >&2; false");
     eq("session failing run", [lines(failed.logs.stdout), failed.exitCode], [["oops"], 1]);
-    const wd = await sbx.commands.runInSession(id, "pwd", { workingDirectory: "/var" });
-    eq("session run with its own directory", lines(wd.logs.stdout), ["/var"]);
+    const wd = await sbx.commands.runInSession(id, "pwd", { workingDirectory: "/bin" });
+    eq("session run with its own directory", lines(wd.logs.stdout), ["/bin"]);
     const other = await sbx.commands.createSession();
     const fresh = await sbx.commands.runInSession(other, "echo [$SESSION_VAR]");
     eq("sessions are separate", lines(fresh.logs.stdout), ["[]"]);
