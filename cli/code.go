@@ -21,7 +21,7 @@ import (
 func (a *app) codeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "code",
-		Short: "Run code in stateful python, javascript, typescript, java and bash interpreters",
+		Short: "Run code in stateful python, javascript, typescript, java, go and bash interpreters",
 		Long: `Run code in a sandbox's code interpreter. A context is one interpreter whose
 variables, imports and functions stay from one run to the next; without
 --context-id, code runs in the language's default context.`,
@@ -141,7 +141,7 @@ interrupted in the sandbox too).`,
 		},
 	}, formatRaw, formatJSON, formatYAML)
 	fl := cmd.Flags()
-	fl.StringVarP(&language, "language", "l", sdk.LanguagePython, "python, javascript, typescript, java or bash")
+	fl.StringVarP(&language, "language", "l", sdk.LanguagePython, "python, javascript, typescript, java, go or bash")
 	fl.StringVarP(&code, "code", "c", "", "the code to run")
 	fl.StringVarP(&file, "file", "f", "", "a file with the code to run (- for stdin)")
 	fl.StringVar(&contextID, "context-id", "", "run in this context (default: the language's default context)")
@@ -302,7 +302,7 @@ func (a *app) codeContextCreate() *cobra.Command {
 			})
 		},
 	}, formatTable, formatJSON, formatYAML)
-	cmd.Flags().StringVarP(&language, "language", "l", sdk.LanguagePython, "python, javascript, typescript, java or bash")
+	cmd.Flags().StringVarP(&language, "language", "l", sdk.LanguagePython, "python, javascript, typescript, java, go or bash")
 	cmd.Flags().StringVar(&cwd, "cwd", "", "working directory of the interpreter (created if missing)")
 	return cmd
 }

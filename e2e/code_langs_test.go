@@ -9,8 +9,8 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
-// TestCodeLanguagesInOneSandbox runs python, javascript, typescript and
-// java contexts of one code-interpreter sandbox at the same time: each
+// TestCodeLanguagesInOneSandbox runs python, javascript, typescript, java
+// and go contexts of one code-interpreter sandbox at the same time: each
 // keeps its state, reports its errors, and survives the interrupt that
 // ends a run at its timeout.
 func TestCodeLanguagesInOneSandbox(t *testing.T) {
@@ -31,11 +31,14 @@ func TestCodeLanguagesInOneSandbox(t *testing.T) {
 		{"javascript", "let x = 6 * 7", "x", "null.f()", "TypeError", "for (;;) {}"},
 		{"typescript", "const x: number = 6 * 7\ninterface P { a: number }", "x", "let y: = 3", "SyntaxError", "while (true) {}"},
 		{"java", "import java.util.*;\nint x = 6 * 7;", "x", "int f() { return 1 / 0; }\nf()", "java.lang.ArithmeticException", "while (true) {}"},
+		// Declarations persist in go, values do not: x is a package-level
+		// var, initialized anew in every run.
+		{"go", "import \"fmt\"\nvar x = 6 * 7\nfmt.Print()", "x", "var s []int\ns[1] = 2", "panic", "for {\n}"},
 	}
 
-	// The contexts are created one after the other (four interpreters
+	// The contexts are created one after the other (five interpreters
 	// starting at once on a small, busy machine can pass the start
-	// timeout); then runs, errors and interrupts of the four languages
+	// timeout); then runs, errors and interrupts of the five languages
 	// overlap.
 	results := make([][]osbResult, len(langs))
 	ids := make([]string, len(langs))

@@ -13,8 +13,8 @@ import (
 // the code interpreter has them; move a language to jssdkLanguages when it
 // does.
 var (
-	jssdkLanguages        = []string{"python", "javascript", "typescript", "java"}
-	jssdkLanguagesPending = []string{"go"}
+	jssdkLanguages        = []string{"python", "javascript", "typescript", "java", "go"}
+	jssdkLanguagesPending = []string{}
 )
 
 // jssdkReport is what each script of testdata/jssdk prints last (see

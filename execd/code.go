@@ -31,7 +31,7 @@ const maxRunTimeout = 365 * 24 * time.Hour
 const maxDeadContexts = 256
 
 // codeContext is a context of the /code routes: an interpreter with its
-// state (python, javascript, typescript, java) or a persistent bash shell.
+// state (python, javascript, typescript, java, go) or a persistent bash shell.
 type codeContext struct {
 	id       string
 	language string
@@ -41,7 +41,7 @@ type codeContext struct {
 	// and no context id.
 	isDefault bool
 
-	interp *interp.Context // python, javascript, typescript, java
+	interp *interp.Context // python, javascript, typescript, java, go
 	bash   *session        // bash
 }
 

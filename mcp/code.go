@@ -39,7 +39,7 @@ var codeLanguages = []string{sdk.LanguagePython, sdk.LanguageJavaScript, sdk.Lan
 type codeInput struct {
 	SandboxArg
 	Code           string `json:"code" jsonschema:"the code to run, one cell: several lines, defining and calling as needed"`
-	Language       string `json:"language,omitempty" jsonschema:"python, javascript, typescript, java or bash"`
+	Language       string `json:"language,omitempty" jsonschema:"python, javascript, typescript, java, go or bash"`
 	ContextID      string `json:"context_id,omitempty" jsonschema:"run in this context (from code_context_create); default: the language's default context, shared by every call without context_id"`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"interrupt the run after this many seconds; the context stays usable"`
 	MaxOutputChars int    `json:"max_output_chars,omitempty" jsonschema:"characters kept of stdout, of stderr and of each result; longer ones keep their first and last lines"`
@@ -73,7 +73,7 @@ type CodeError struct {
 
 type contextCreateInput struct {
 	SandboxArg
-	Language string `json:"language" jsonschema:"python, javascript, typescript, java or bash"`
+	Language string `json:"language" jsonschema:"python, javascript, typescript, java, go or bash"`
 	Cwd      string `json:"cwd,omitempty" jsonschema:"working directory of the interpreter, created if missing"`
 }
 

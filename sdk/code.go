@@ -16,6 +16,7 @@ const (
 	LanguageJavaScript = "javascript"
 	LanguageTypeScript = "typescript"
 	LanguageJava       = "java"
+	LanguageGo         = "go"
 	LanguageBash       = "bash"
 )
 

@@ -174,9 +174,13 @@ func Start(ctx context.Context, opts Options) (_ *Context, retErr error) {
 			return nil, fmt.Errorf("create driver pipes: %w", err)
 		}
 	}
+	path, args := interpreter, lang.args(driver)
+	if lang.native {
+		path, args = driver, lang.args(interpreter)
+	}
 	spec := process.Spec{
-		Path:   interpreter,
-		Args:   append([]string{interpreter}, lang.args(driver)...),
+		Path:   path,
+		Args:   append([]string{path}, args...),
 		Dir:    opts.Dir,
 		Env:    env,
 		Stdout: fds[0][1],

@@ -28,7 +28,7 @@ func needInterpreter(t testing.TB, prog string) {
 // closes it at the end of the test.
 func startContext(t testing.TB, lang string) *Context {
 	t.Helper()
-	needInterpreter(t, map[string]string{"python": "python3", "javascript": "node", "typescript": "node", "java": "java"}[lang])
+	needInterpreter(t, map[string]string{"python": "python3", "javascript": "node", "typescript": "node", "java": "java", "go": "go"}[lang])
 	if lang == "typescript" {
 		// Debian's node-typescript, whose module the driver loads.
 		needInterpreter(t, "tsc")

@@ -20,9 +20,9 @@ import (
 )
 
 // driverFiles holds the drivers' sources: python.py, javascript.js (also
-// the typescript driver) and java.java.
+// the typescript driver), java.java and godriver/main.go.
 //
-//go:embed python.py javascript.js java.java
+//go:embed python.py javascript.js java.java godriver/main.go
 var driverFiles embed.FS
 
 // interruptMethod is how execd interrupts a language's running code.
@@ -50,6 +50,9 @@ type language struct {
 	// prepare, when set, makes from the driver file what args is given
 	// (a compiled form of it, kept beside it) and returns its path.
 	prepare func(ctx context.Context, sup *process.Supervisor, interpreter, driver string, env []string) (string, error)
+	// native says that prepare makes a program of its own: it is run
+	// instead of the interpreter, and args is given the interpreter's path.
+	native bool
 	// env is added to the context's environment, overriding it.
 	env       []string
 	interrupt interruptMethod
@@ -120,6 +123,21 @@ var languages = []language{
 				"--add-modules", "jdk.jshell", "-cp", classes, javaDriverClass}
 		},
 		interrupt: byPipe,
+	},
+	{
+		// A driver written in Go, built once with the sandbox's go
+		// command; it builds and runs a program for each run.
+		name:         "go",
+		interpreters: []string{"go"},
+		driver:       "godriver/main.go",
+		target:       "osb_go_driver.go",
+		prepare:      buildGoDriver,
+		native:       true,
+		// Building the driver with a cold build cache takes seconds, and
+		// many on a busy machine.
+		startTimeout: 60 * time.Second,
+		args:         func(gocmd string) []string { return []string{gocmd} },
+		interrupt:    byPipe,
 	},
 }
 
@@ -204,7 +222,7 @@ func (l *language) driverPath(dir string) (string, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return "", fmt.Errorf("create driver directory: %w", err)
 		}
-		tmp, err := os.CreateTemp(dir, "."+l.driver+"-*")
+		tmp, err := os.CreateTemp(dir, "."+filepath.Base(name)+"-*")
 		if err != nil {
 			return "", fmt.Errorf("write %s driver: %w", l.name, err)
 		}
@@ -306,4 +324,74 @@ func compileJava(ctx context.Context, sup *process.Supervisor, interpreter, driv
 		return fail(err)
 	}
 	return classes, nil
+}
+
+// goBuild serializes the builds of the go driver.
+var goBuild sync.Mutex
+
+// buildGoDriver builds the go driver into driver+".bin" unless that is as
+// new as the source, and returns its path. The build cache is go's own
+// (GOCACHE, or under the home directory), else a directory beside the
+// driver that the contexts' builds share, as the driver does too;
+// nothing is fetched and no C compiler is needed.
+func buildGoDriver(ctx context.Context, sup *process.Supervisor, gocmd, driver string, env []string) (string, error) {
+	goBuild.Lock()
+	defer goBuild.Unlock()
+	bin := driver + ".bin"
+	src, err := os.Stat(driver)
+	if err != nil {
+		return "", err
+	}
+	if b, err := os.Stat(bin); err == nil && !b.ModTime().Before(src.ModTime()) {
+		return bin, nil
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("build the go driver (go 1.19 or later is needed): %w", err)
+	}
+	dir := filepath.Dir(driver)
+	// The environment's own values of these go, not only shadowed: a
+	// program may read the first of two.
+	set := []string{"GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0"}
+	if !slices.ContainsFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "GOCACHE=") || strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "XDG_CACHE_HOME=")
+	}) {
+		set = append(set, "GOCACHE="+filepath.Join(dir, "go-build"))
+	}
+	buildEnv := slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(set, func(s string) bool { return strings.HasPrefix(s, k+"=") })
+	})
+	buildEnv = append(buildEnv, set...)
+	out, err := os.CreateTemp(dir, ".go-build-output-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	tmp := out.Name() + ".bin"
+	defer os.Remove(tmp)
+	proc, err := sup.Start(process.Spec{
+		Path:   gocmd,
+		Args:   []string{gocmd, "build", "-o", tmp, driver},
+		Dir:    dir,
+		Env:    buildEnv,
+		Stdout: out,
+		Stderr: out,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	st, err := proc.Wait(ctx)
+	if err != nil {
+		proc.Signal(syscall.SIGKILL)
+		return fail(err)
+	}
+	if st.Code != 0 {
+		msg, _ := os.ReadFile(out.Name())
+		return fail(fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg)))
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return fail(err)
+	}
+	return bin, nil
 }
