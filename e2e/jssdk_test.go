@@ -8,22 +8,15 @@ import (
 	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
-// The code-context languages TestJSSDK drives. Those in
-// jssdkLanguagesPending run too, but their failures are only logged until
-// the code interpreter has them; move a language to jssdkLanguages when it
-// does.
-var (
-	jssdkLanguages        = []string{"python", "javascript", "typescript", "java", "go"}
-	jssdkLanguagesPending = []string{}
-)
+// jssdkLanguages are the code-context languages TestJSSDK drives.
+var jssdkLanguages = []string{"python", "javascript", "typescript", "java", "go"}
 
 // jssdkReport is what each script of testdata/jssdk prints last (see
-// lib.mjs): the sandboxes it made, the checks that failed, those of
-// features still pending, notes, and an error that stopped it.
+// lib.mjs): the sandboxes it made, the checks that failed, notes, and an
+// error that stopped it.
 type jssdkReport struct {
 	IDs      []string
 	Failures []string
-	Pending  []string
 	Notes    []string
 	Error    string
 }
@@ -47,8 +40,7 @@ func TestJSSDK(t *testing.T) {
 		{script: "execd.mjs"},
 		{script: "code.mjs", image: interpreterImage, env: []string{
 			"OSB_CODE_IMAGE=" + interpreterImage,
-			"OSB_CODE_LANGS=" + strings.Join(append(append([]string{}, jssdkLanguages...), jssdkLanguagesPending...), ","),
-			"OSB_CODE_PENDING=" + strings.Join(jssdkLanguagesPending, ","),
+			"OSB_CODE_LANGS=" + strings.Join(jssdkLanguages, ","),
 		}},
 	} {
 		t.Run(strings.TrimSuffix(tc.script, ".mjs"), func(t *testing.T) {
@@ -63,9 +55,6 @@ func TestJSSDK(t *testing.T) {
 			}
 			for _, n := range rep.Notes {
 				t.Log(n)
-			}
-			for _, p := range rep.Pending {
-				t.Logf("pending: %s", p)
 			}
 			for _, f := range rep.Failures {
 				t.Error(f)

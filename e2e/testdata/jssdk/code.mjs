@@ -11,10 +11,9 @@
 // for the /code stream, both on the endpoint and headers the SDK resolved
 // for execd.
 import { createExecdClient } from "@alibaba-group/opensandbox/internal";
-import { check, create, env, eq, main, pendingFor, sleep, step } from "./lib.mjs";
+import { check, create, env, eq, main, sleep, step } from "./lib.mjs";
 
 const langs = env("OSB_CODE_LANGS").split(",");
-pendingFor((process.env.OSB_CODE_PENDING ?? "").split(",").map((l) => l && `${l}:`));
 
 // What each language runs: set stores 42 in a variable, get reads it
 // back as a result (or, for go, which has no expression values, as

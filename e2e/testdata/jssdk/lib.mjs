@@ -7,9 +7,8 @@
 //   OSB_READY_SECONDS  how long the SDK may wait for a sandbox to be ready
 //
 // A script records each mismatch with check or eq and ends with report,
-// which prints one JSON line: {ids, failures, pending, notes, error}. The
-// Go test fails on every entry of failures and on error, and lists pending
-// (checks of features main does not have yet) without failing.
+// which prints one JSON line: {ids, failures, notes, error}. The Go test
+// fails on every entry of failures and on error.
 import { ConnectionConfig, Sandbox } from "@alibaba-group/opensandbox";
 
 export const env = (name) => {
@@ -29,19 +28,10 @@ export function connection(extra = {}) {
 
 export const readySeconds = () => Number(env("OSB_READY_SECONDS"));
 
-const summary = { ids: [], failures: [], pending: [], notes: [] };
-let pendingPrefixes = [];
-
-// pendingFor makes failures whose name starts with one of prefixes go to
-// pending instead of failures.
-export function pendingFor(prefixes) {
-  pendingPrefixes = prefixes.filter(Boolean);
-}
+const summary = { ids: [], failures: [], notes: [] };
 
 function fail(name, detail) {
-  const entry = `${name}: ${detail}`;
-  if (pendingPrefixes.some((p) => name.startsWith(p))) summary.pending.push(entry);
-  else summary.failures.push(entry);
+  summary.failures.push(`${name}: ${detail}`);
 }
 
 export function check(name, ok, detail = "") {
