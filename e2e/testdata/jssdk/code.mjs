@@ -2,7 +2,6 @@
 //
 //   OSB_CODE_IMAGE     the code-interpreter image
 //   OSB_CODE_LANGS     the languages to drive, comma-separated
-//   OSB_CODE_PENDING   those of them whose failures are only listed
 //
 // This SDK (unlike the separate code-interpreter package, which this
 // registry does not serve) has no code-context API, so contexts are
