@@ -56,7 +56,8 @@ type language struct {
 	// env is added to the context's environment, overriding it.
 	env       []string
 	interrupt interruptMethod
-	// startTimeout, when longer than DefaultStartTimeout, replaces it.
+	// startTimeout, when longer than DefaultStartTimeout, replaces it
+	// (for a driver that is built before it starts).
 	startTimeout time.Duration
 }
 
@@ -98,9 +99,6 @@ var languages = []language{
 		driver:       "javascript.js",
 		args:         func(driver string) []string { return []string{"--no-warnings", driver, "typescript"} },
 		interrupt:    byPipe,
-		// Loading the typescript compiler takes a second or more, and many
-		// on a busy machine.
-		startTimeout: 30 * time.Second,
 	},
 	{
 		name:         "java",
@@ -114,9 +112,6 @@ var languages = []language{
 		// takes seconds). The serial collector suits one small process per
 		// context; the standard streams are UTF-8 whatever the locale.
 		prepare: compileJava,
-		// A JVM and the compiler JShell loads take seconds on a busy
-		// machine.
-		startTimeout: 30 * time.Second,
 		args: func(classes string) []string {
 			return []string{"-XX:+UseSerialGC", "-Xshare:auto",
 				"-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8",
