@@ -96,7 +96,9 @@ bootstrap() {
 	local mirror
 	mirror=$(debian_mirror)
 	log "debootstrap $suite from $mirror for $image"
-	rm -rf "$dir"
+	# A run killed while /proc was mounted in the tree leaves it there.
+	umount "$dir/proc" 2>/dev/null || true
+	rm -rf --one-file-system "$dir"
 	mkdir -p "$cache/debs"
 	debootstrap --variant=minbase --cache-dir="$cache/debs" ${include:+--include="$include"} \
 		"$suite" "$dir" "$mirror" >"$cache/debootstrap-$3.log" 2>&1 || {
