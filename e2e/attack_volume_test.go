@@ -36,6 +36,15 @@ func swapLoop(path, target string) string {
 	return fmt.Sprintf(`i=0; while :; do mkdir %[1]s 2>/dev/null; if [ $((i %% 4)) = 0 ]; then usleep 1500000; else usleep 2000; fi; rmdir %[1]s 2>/dev/null; ln -s %[2]s %[1]s 2>/dev/null; usleep 2000; rm -f %[1]s; i=$((i + 1)); done`, path, target)
 }
 
+// evenSwapLoop is a shell loop that holds path as a directory and as a
+// link to target for 300 ms each in turn: long enough that a create's
+// check and its mount, a few hundred milliseconds apart, often see
+// different things, which swapLoop's 2 ms links rarely give a sub path
+// of a named volume (whose check and mount are both in the server).
+func evenSwapLoop(path, target string) string {
+	return fmt.Sprintf(`while :; do mkdir %[1]s 2>/dev/null; usleep 300000; rmdir %[1]s 2>/dev/null; ln -s %[2]s %[1]s 2>/dev/null; usleep 300000; rm -f %[1]s; done`, path, target)
+}
+
 // raceOutcomes counts what the victim's creates came to.
 type raceOutcomes struct {
 	mu       sync.Mutex
@@ -289,7 +298,7 @@ func TestAttackNamedVolumeSubPathRace(t *testing.T) {
 	attacker.Volumes = []api.Volume{{Name: "shared", MountPath: "/shared", PVC: &api.PVCVolume{ClaimName: vol, DeleteOnSandboxTermination: true}}}
 	a := s.execd(s.create(attacker))
 	s.waitState(a.id, "Running")
-	startSwapper(t, a, swapLoop("/shared/race", secrets), "/shared/race")
+	startSwapper(t, a, evenSwapLoop("/shared/race", secrets), "/shared/race")
 
 	n := raceAttempts() / 2
 	attack(t, "named-volume-subpath-symlink-race", func(t *testing.T) string {
