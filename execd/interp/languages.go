@@ -287,32 +287,14 @@ func compileJava(ctx context.Context, sup *process.Supervisor, interpreter, driv
 		return fail(err)
 	}
 	defer os.RemoveAll(tmp)
-	out, err := os.CreateTemp(filepath.Dir(driver), ".javac-output-*")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.Remove(out.Name())
-	defer out.Close()
-	proc, err := sup.Start(process.Spec{
+	if err := runBuild(ctx, sup, process.Spec{
 		Path: interpreter,
 		Args: []string{interpreter, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 			"-m", "jdk.compiler/com.sun.tools.javac.Main", "-nowarn", "-implicit:none", "-d", tmp, driver},
-		Dir:    tmp,
-		Env:    env,
-		Stdout: out,
-		Stderr: out,
-	})
-	if err != nil {
+		Dir: tmp,
+		Env: env,
+	}); err != nil {
 		return fail(err)
-	}
-	st, err := proc.Wait(ctx)
-	if err != nil {
-		proc.Signal(syscall.SIGKILL)
-		return fail(err)
-	}
-	if st.Code != 0 {
-		msg, _ := os.ReadFile(out.Name())
-		return fail(fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg)))
 	}
 	os.RemoveAll(classes)
 	if err := os.Rename(tmp, classes); err != nil {
@@ -357,36 +339,44 @@ func buildGoDriver(ctx context.Context, sup *process.Supervisor, gocmd, driver s
 		return slices.ContainsFunc(set, func(s string) bool { return strings.HasPrefix(s, k+"=") })
 	})
 	buildEnv = append(buildEnv, set...)
-	out, err := os.CreateTemp(dir, ".go-build-output-*")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.Remove(out.Name())
-	defer out.Close()
-	tmp := out.Name() + ".bin"
+	tmp := bin + ".tmp"
 	defer os.Remove(tmp)
-	proc, err := sup.Start(process.Spec{
-		Path:   gocmd,
-		Args:   []string{gocmd, "build", "-o", tmp, driver},
-		Dir:    dir,
-		Env:    buildEnv,
-		Stdout: out,
-		Stderr: out,
-	})
-	if err != nil {
+	if err := runBuild(ctx, sup, process.Spec{
+		Path: gocmd,
+		Args: []string{gocmd, "build", "-o", tmp, driver},
+		Dir:  dir,
+		Env:  buildEnv,
+	}); err != nil {
 		return fail(err)
-	}
-	st, err := proc.Wait(ctx)
-	if err != nil {
-		proc.Signal(syscall.SIGKILL)
-		return fail(err)
-	}
-	if st.Code != 0 {
-		msg, _ := os.ReadFile(out.Name())
-		return fail(fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg)))
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return fail(err)
 	}
 	return bin, nil
+}
+
+// runBuild runs a driver's build as a child of sup (which may reap every
+// child of execd) and answers its output as the error when it fails.
+func runBuild(ctx context.Context, sup *process.Supervisor, spec process.Spec) error {
+	out, err := os.CreateTemp(spec.Dir, ".build-output-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	spec.Stdout, spec.Stderr = out, out
+	proc, err := sup.Start(spec)
+	if err != nil {
+		return err
+	}
+	st, err := proc.Wait(ctx)
+	if err != nil {
+		proc.Signal(syscall.SIGKILL)
+		return err
+	}
+	if st.Code != 0 {
+		msg, _ := os.ReadFile(out.Name())
+		return fmt.Errorf("%s: %s", st, bytes.TrimSpace(msg))
+	}
+	return nil
 }
