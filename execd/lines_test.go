@@ -123,9 +123,6 @@ func TestDownloadLinesPseudoFile(t *testing.T) {
 // (sparse, so it costs no disk): reading it whole and skipping it must
 // both stay within a bound far below its size.
 func TestDownloadLinesLongLine(t *testing.T) {
-	if testing.Short() {
-		t.Skip("reads 256 MiB")
-	}
 	_, c, root := newFileServer(t, nil)
 	const size = 256 << 20
 	path := filepath.Join(root, "long")
