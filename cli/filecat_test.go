@@ -3,18 +3,14 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/execd"
+	"github.com/opensandbox/opensandbox/internal/testexecd"
 )
 
 // TestFileCatLines runs osb file cat --offset --limit against a real
@@ -22,17 +18,9 @@ import (
 // endpoint.
 func TestFileCatLines(t *testing.T) {
 	const token = "cat-token"
-	srv, err := execd.New(execd.Config{AccessToken: token, TempDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Shutdown(time.Second)
-	})
+	ep := testexecd.Start(t, token)
 	lifecycle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(api.Endpoint{Endpoint: strings.TrimPrefix(hs.URL, "http://"), Headers: map[string]string{api.HeaderExecdToken: token}})
+		json.NewEncoder(w).Encode(ep)
 	}))
 	t.Cleanup(lifecycle.Close)
 	dir := t.TempDir()

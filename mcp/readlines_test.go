@@ -2,8 +2,6 @@ package mcp
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,7 +12,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/execd"
+	"github.com/opensandbox/opensandbox/internal/testexecd"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -23,19 +21,11 @@ import (
 // reports one running sandbox and its execd endpoint.
 func TestFileReadLines(t *testing.T) {
 	const token, id = "lines-token", "sb-lines"
-	srv, err := execd.New(execd.Config{AccessToken: token, TempDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Shutdown(time.Second)
-	})
+	ep := testexecd.Start(t, token)
 	lifecycle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/endpoints/"+strconv.Itoa(sdk.PortExecd)):
-			json.NewEncoder(w).Encode(api.Endpoint{Endpoint: strings.TrimPrefix(hs.URL, "http://"), Headers: map[string]string{api.HeaderExecdToken: token}})
+			json.NewEncoder(w).Encode(ep)
 		case strings.HasSuffix(r.URL.Path, "/sandboxes/"+id):
 			json.NewEncoder(w).Encode(api.Sandbox{ID: id, Status: api.SandboxStatus{State: sdk.StateRunning}})
 		default:

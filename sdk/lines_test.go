@@ -4,17 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/opensandbox/opensandbox/api"
-	"github.com/opensandbox/opensandbox/execd"
+	"github.com/opensandbox/opensandbox/internal/testexecd"
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
@@ -25,24 +21,9 @@ func execdSandbox(t *testing.T) (*sdk.Sandbox, string) {
 	t.Helper()
 	const token = "lines-token"
 	dir := t.TempDir()
-	srv, err := execd.New(execd.Config{
-		AccessToken: token,
-		TempDir:     t.TempDir(),
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		srv.Shutdown(time.Second)
-	})
+	ep := testexecd.Start(t, token)
 	lifecycle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(api.Endpoint{
-			Endpoint: strings.TrimPrefix(hs.URL, "http://"),
-			Headers:  map[string]string{api.HeaderExecdToken: token},
-		})
+		json.NewEncoder(w).Encode(ep)
 	}))
 	t.Cleanup(lifecycle.Close)
 	c, err := sdk.NewClient(sdk.Config{Domain: lifecycle.URL})
