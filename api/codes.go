@@ -113,6 +113,32 @@ const (
 	CodeKubernetesPolicyViolation = "KUBERNETES::POLICY_VIOLATION"
 )
 
+// Codes of the ingress gateway (osb-ingress and the server's own
+// gateway listener). An unauthenticated request learns nothing about a
+// sandbox: it gets CodeIngressUnauthorized whether or not the sandbox
+// exists.
+const (
+	// CodeIngressInvalidRoute answers a request without a route, or
+	// with one that does not parse (400).
+	CodeIngressInvalidRoute = "INGRESS::INVALID_ROUTE"
+	// CodeIngressUnauthorized answers a request with neither the
+	// sandbox's access token nor a valid, unexpired signed route (401).
+	CodeIngressUnauthorized = "INGRESS::UNAUTHORIZED"
+	// CodeIngressSandboxNotFound answers an authenticated request for a
+	// sandbox that does not exist (404).
+	CodeIngressSandboxNotFound = "INGRESS::SANDBOX_NOT_FOUND"
+	// CodeIngressSandboxNotRunning answers a request for a sandbox that
+	// is not Running (503); the message says its state and reason.
+	CodeIngressSandboxNotRunning = "INGRESS::SANDBOX_NOT_RUNNING"
+	// CodeIngressBadGateway answers a request the sandbox's port did not
+	// answer (502).
+	CodeIngressBadGateway = "INGRESS::BAD_GATEWAY"
+	// CodeIngressUnavailable answers when the gateway cannot find out
+	// where sandboxes are (the lifecycle server or the cluster cannot be
+	// reached) or has no keys to check signatures with (503).
+	CodeIngressUnavailable = "INGRESS::UNAVAILABLE"
+)
+
 // Snapshot codes.
 const (
 	CodeSnapshotNotFound = "SNAPSHOT::NOT_FOUND"
