@@ -182,27 +182,84 @@ func mustBeUnused(t testing.TB, addr netip.Addr) {
 
 // Pick returns an address of prefix that the machine does not use,
 // trying random ones; lastByte, when not 0, fixes the last byte (".7").
+//
+// The address is reserved for the test's life with a lock file, so that
+// tests of other packages, which go test runs at the same time in other
+// processes, never pick it too: two stand-ins of one address would take
+// each other's traffic or fail to add their routes. When every candidate
+// is held by another test (a fixed last byte in a /24 leaves one), Pick
+// waits for it to be released, up to pickWait.
 func Pick(t testing.TB, prefix netip.Prefix, lastByte byte) netip.Addr {
 	t.Helper()
-	for range 50 {
-		b := prefix.Addr().AsSlice()
-		r := make([]byte, len(b))
-		rand.Read(r)
-		for i := range b {
-			keep := max(0, min(8, prefix.Bits()-8*i))
-			mask := byte(0xff << (8 - keep))
-			b[i] = b[i]&mask | r[i]&^mask
+	deadline := time.Now().Add(pickWait)
+	var why string
+	for {
+		for range 50 {
+			a := candidate(prefix, lastByte)
+			if !prefix.Contains(a) {
+				continue
+			}
+			unlock, ok := reserve(t, a)
+			if !ok {
+				why = "held by another test"
+				continue
+			}
+			if why = Unused(a); why == "" {
+				t.Cleanup(unlock)
+				return a
+			}
+			unlock()
 		}
-		if lastByte != 0 {
-			b[len(b)-1] = lastByte
+		if time.Now().After(deadline) {
+			t.Fatalf("no unused address in %s after %s (last candidate: %s)", prefix, pickWait, why)
 		}
-		a, _ := netip.AddrFromSlice(b)
-		if prefix.Contains(a) && Unused(a) == "" {
-			return a
-		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("no unused address in %s", prefix)
-	return netip.Addr{}
+}
+
+// pickWait bounds how long Pick waits for another test to release an
+// address.
+const pickWait = 5 * time.Minute
+
+func candidate(prefix netip.Prefix, lastByte byte) netip.Addr {
+	b := prefix.Addr().AsSlice()
+	r := make([]byte, len(b))
+	rand.Read(r)
+	for i := range b {
+		keep := max(0, min(8, prefix.Bits()-8*i))
+		mask := byte(0xff << (8 - keep))
+		b[i] = b[i]&mask | r[i]&^mask
+	}
+	if lastByte != 0 {
+		b[len(b)-1] = lastByte
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// lockDir holds one lock file per reserved address.
+const lockDir = "/run/lock/opensandbox-standin"
+
+// reserve takes addr's lock file without waiting; unlock releases it.
+// The kernel releases it too when the test process ends, however it
+// ends, so a killed run leaves nothing held.
+func reserve(t testing.TB, addr netip.Addr) (unlock func(), ok bool) {
+	t.Helper()
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		t.Fatalf("stand-in address locks: %v", err)
+	}
+	f, err := os.OpenFile(lockDir+"/"+strings.ReplaceAll(addr.String(), ":", "_"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("stand-in address locks: %v", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, false
+		}
+		t.Fatalf("stand-in address lock %s: %v", f.Name(), err)
+	}
+	return func() { f.Close() }, true
 }
 
 // inside runs f on a thread that has entered the namespace; sockets f

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/opensandbox/opensandbox/internal/testenv"
 )
 
 // TestStandIn: an address routed into the namespace answers from the
@@ -99,4 +101,26 @@ func FuzzReply(f *testing.F) {
 			t.Fatalf("reply %x does not parse as a response: %v", reply, err)
 		}
 	})
+}
+
+// TestReserve: an address reserved by one test is not handed to another
+// until released, also within one process (separate lock files are
+// separate flock owners).
+func TestReserve(t *testing.T) {
+	testenv.MustHaveRoot(t)
+	a := netip.MustParseAddr("192.0.2.251")
+	unlock, ok := reserve(t, a)
+	if !ok {
+		t.Fatalf("%s is reserved by another test run; run again", a)
+	}
+	if u, ok := reserve(t, a); ok {
+		u()
+		t.Fatal("a reserved address was reserved a second time")
+	}
+	unlock()
+	u, ok := reserve(t, a)
+	if !ok {
+		t.Fatal("a released address could not be reserved")
+	}
+	u()
 }
