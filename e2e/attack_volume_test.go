@@ -36,13 +36,16 @@ func swapLoop(path, target string) string {
 	return fmt.Sprintf(`i=0; while :; do mkdir %[1]s 2>/dev/null; if [ $((i %% 4)) = 0 ]; then usleep 1500000; else usleep 2000; fi; rmdir %[1]s 2>/dev/null; ln -s %[2]s %[1]s 2>/dev/null; usleep 2000; rm -f %[1]s; i=$((i + 1)); done`, path, target)
 }
 
-// evenSwapLoop is a shell loop that holds path as a directory and as a
-// link to target for 300 ms each in turn: long enough that a create's
-// check and its mount, a few hundred milliseconds apart, often see
-// different things, which swapLoop's 2 ms links rarely give a sub path
-// of a named volume (whose check and mount are both in the server).
+// evenSwapLoop is a shell loop that holds path as a link to target for
+// 300 ms, then as a directory for 0.3, 1 or 3 s in turn. The short
+// phases make a create's check and its mount, some hundred milliseconds
+// apart, see different things, which swapLoop's 2 ms links rarely give a
+// sub path of a named volume (whose check and mount are both in the
+// server); the 3 s directory lets creates through even when a loaded
+// machine stretches a create past a second, so that the race is run
+// from both sides whatever the machine's speed.
 func evenSwapLoop(path, target string) string {
-	return fmt.Sprintf(`while :; do mkdir %[1]s 2>/dev/null; usleep 300000; rmdir %[1]s 2>/dev/null; ln -s %[2]s %[1]s 2>/dev/null; usleep 300000; rm -f %[1]s; done`, path, target)
+	return fmt.Sprintf(`while :; do for d in 300000 1000000 3000000; do mkdir %[1]s 2>/dev/null; usleep $d; rmdir %[1]s 2>/dev/null; ln -s %[2]s %[1]s 2>/dev/null; usleep 300000; rm -f %[1]s; done; done`, path, target)
 }
 
 // raceOutcomes counts what the victim's creates came to.

@@ -73,11 +73,39 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("patch: %+v %v", patched, err)
 	}
 
-	// A process survives pause and resume.
-	if _, err := sb.RunBackground(ctx, "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done", nil); err != nil {
+	// A process survives pause and resume. The counter is written to a
+	// new file and renamed, so a read never meets it half written.
+	if _, err := sb.RunBackground(ctx, "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done", nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	count := func() int {
+		t.Helper()
+		b, err := sb.ReadFile(ctx, "/tmp/count")
+		if err != nil {
+			t.Fatalf("read the counter: %v", err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("the counter reads %q", b)
+		}
+		return n
+	}
+	waitCount := func(above int) int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := sb.ReadFile(ctx, "/tmp/count"); err == nil {
+				if n := count(); n > above {
+					return n
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the counter did not pass %d within 10s", above)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitCount(0)
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +115,7 @@ func TestLifecycle(t *testing.T) {
 	if err := sb.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := sb.ReadFile(ctx, "/tmp/count")
-	time.Sleep(400 * time.Millisecond)
-	after, _ := sb.ReadFile(ctx, "/tmp/count")
-	if len(before) == 0 || bytes.Equal(before, after) {
-		t.Errorf("the counter did not go on after resume: %q then %q", before, after)
-	}
+	waitCount(count())
 
 	// Endpoints, direct and through the server.
 	ep, err := sb.Endpoint(ctx, sdk.PortExecd)
