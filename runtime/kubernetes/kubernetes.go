@@ -428,13 +428,26 @@ func (r *Runtime) markUp(uid types.UID, id sandbox.ID) {
 }
 
 // needsEntrypointCheckLocked reports whether this replica is to ask the
-// execd of pod whether its entrypoint could start: a sandbox of its own
-// (a warm pod has no entrypoint yet; the claim that hands it out asks,
-// and records the answer on the pod) that nobody has found failed, and
-// that this replica has not asked about. r.mu must be held.
+// execd of pod whether its entrypoint could start: a sandbox starting
+// (not Ready yet, or Ready for less than freshStart) that is not of a
+// pool (a warm pod has no entrypoint yet; the claim that hands it out
+// asks, and records the answer on the pod), that nobody has found
+// failed, and that this replica has not asked about. A sandbox that has
+// been serving for longer when this replica first sees it (a restarted
+// server's) is taken as it is. r.mu must be held.
 func (r *Runtime) needsEntrypointCheckLocked(pod *corev1.Pod) bool {
 	return pod.Labels[labelPool] == "" && pod.Labels[labelWarm] == "" && pod.Annotations[annHandover] == "" &&
-		pod.Annotations[annFailure] == "" && !r.checked[pod.UID]
+		pod.Annotations[annFailure] == "" && !r.checked[pod.UID] && !readyFor(pod, freshStart, time.Now())
+}
+
+// readyFor reports whether pod has been Ready for at least d at now.
+func readyFor(pod *corev1.Pod, d time.Duration, now time.Time) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) >= d
+		}
+	}
+	return false
 }
 
 // entrypointFailed makes the sandbox of pod Failed with reason
@@ -603,7 +616,7 @@ func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
 	switch {
 	case failed && pod.Annotations[annFailure] == "":
 		sb.Status = sandbox.Status{State: sandbox.StateFailed, Reason: f.Reason, Message: f.Message, Since: f.Since}
-	case checking && sb.Status.State == sandbox.StateRunning && now.Sub(containerStarted(pod)) < freshStart:
+	case checking && sb.Status.State == sandbox.StateRunning:
 		// Ready by the kubelet's probe before this replica heard from
 		// execd whether the entrypoint started: not Running yet.
 		sb.Status = sandbox.Status{State: sandbox.StatePending, Reason: "EXECD_STARTING", Message: "waiting for execd to answer", Since: sb.CreatedAt}
@@ -611,10 +624,10 @@ func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
 	return sb
 }
 
-// freshStart is how long after its container started a sandbox whose
-// entrypoint this replica is asking about stays Pending rather than
-// Running. Past it, the question is a replica's (a restarted server's)
-// about a sandbox that has long been Running, and it stays so.
+// freshStart is how long a sandbox may have been Ready (by the kubelet's
+// probe) and still be asked whether its entrypoint started, staying
+// Pending until it has answered. One Ready for longer when a replica
+// first sees it has long been reported Running, and stays so.
 const freshStart = 30 * time.Second
 
 // Get returns a sandbox from the informer's cache.
