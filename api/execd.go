@@ -80,6 +80,9 @@ const (
 	CodeTooManyContexts = "TOO_MANY_CONTEXTS"
 	// CodeRequestTooLarge answers a body over the configured limit.
 	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
+	// CodeEntrypointFailed answers GET ExecdReadyPath (503) when the
+	// sandbox's entrypoint could not start. Not in the reference daemon.
+	CodeEntrypointFailed = "ENTRYPOINT_FAILED"
 )
 
 // ErrorResponse is the error body of execd and the lifecycle server.
@@ -121,6 +124,14 @@ type CommandStatus struct {
 // EntrypointCommandID is the command id under which execd serves the
 // entrypoint's status: GET /command/status/entrypoint.
 const EntrypointCommandID = "entrypoint"
+
+// ExecdReadyPath is execd's readiness route, the one route served without
+// the access token: GET or HEAD answers 200 once execd serves, and 503
+// with code CodeEntrypointFailed when the sandbox's entrypoint could not
+// start. It tells nothing more; the entrypoint's status, with its error,
+// is GET /command/status/entrypoint, behind the token. For users and
+// checks from outside the sandbox (a load balancer, a monitor).
+const ExecdReadyPath = "/ready"
 
 // ExitCodeStartFailure is the exit code execd records for a command that
 // could not start.

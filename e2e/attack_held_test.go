@@ -544,6 +544,44 @@ func TestAttackAuth(t *testing.T) {
 		return strings.Join(got, ", ")
 	})
 
+	// /ready is the one execd route without the token: outside the
+	// route table read above (every route of which wants the token), on
+	// exactly its path, and it tells whether the sandbox serves, nothing
+	// else: the same empty 200 whatever credentials come with it.
+	attack(t, "execd GET/HEAD /ready, the one route open without a token, tells nothing", func(t *testing.T) string {
+		addr, _, _ := strings.Cut(strings.TrimPrefix(ca.base, "http://"), "/")
+		var got []string
+		for _, m := range []string{"GET", "HEAD"} {
+			for _, cred := range append([]credentials{{name: "A's token", header: map[string]string{api.HeaderExecdToken: ca.token}}}, execdCreds...) {
+				status, body := tryRequest(t, m, "http://"+addr, api.ExecdReadyPath, "", cred, nil)
+				if status != 200 || body != "" {
+					t.Errorf("%s %s with %s: %d %.200q, want 200 and an empty body", m, api.ExecdReadyPath, cred.name, status, body)
+				}
+			}
+			got = append(got, m+" 200 empty")
+		}
+		// Nothing else is open: other methods, other spellings, and the
+		// path under the forwarder to execd itself.
+		self := "/proxy/" + execdPort
+		for _, tg := range []struct{ method, target string }{
+			{"POST", "/ready"}, {"PUT", "/ready"}, {"DELETE", "/ready"}, {"OPTIONS", "/ready"}, {"GET", "/ready/"},
+			{"GET", "//ready"}, {"GET", "/./ready"}, {"GET", "/%72eady"}, {"GET", "/READY"}, {"GET", "/ready/../ping"},
+			{"GET", "/ready/../command/status/entrypoint"}, {"GET", self + "/ready"}, {"GET", self + "/ready/../ping"},
+		} {
+			status, body := rawRequest(t, addr, tg.method, tg.target, nil)
+			if status != 401 && status != 400 {
+				t.Errorf("%s %s without a token: %d %.200s, want 401", tg.method, tg.target, status, body)
+			}
+			got = append(got, fmt.Sprintf("%s %s %d", tg.method, tg.target, status))
+		}
+		// With the token, the forwarder does not serve it either.
+		if status, body := tryRequest(t, "GET", "http://"+addr, self+api.ExecdReadyPath, "",
+			credentials{name: "A's token", header: map[string]string{api.HeaderExecdToken: ca.token}}, nil); status != 404 {
+			t.Errorf("GET %s%s with A's token: %d %.200s, want 404", self, api.ExecdReadyPath, status, body)
+		}
+		return strings.Join(got, ", ")
+	})
+
 	attack(t, "refused requests changed nothing", func(t *testing.T) string {
 		// Every refused request above would have left a trace had it been
 		// served: files in A, a sandbox, metadata, a snapshot, a pool.

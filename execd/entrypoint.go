@@ -1,12 +1,14 @@
 package execd
 
 import (
+	"net/http"
 	"os"
 	"syscall"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/execd/process"
+	"github.com/opensandbox/opensandbox/internal/httpx"
 )
 
 // EntrypointID is the command id under which the entrypoint's status is
@@ -34,6 +36,7 @@ func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 	e := &Entrypoint{cmd: c}
 	s.entry.Store(e)
 	if err := s.start(c, p); err != nil {
+		s.entryFailed.Store(true)
 		return e, err
 	}
 	go func() {
@@ -42,6 +45,22 @@ func (s *Server) StartEntrypoint(argv []string) (*Entrypoint, error) {
 		s.log.Info("entrypoint exited", "status", st.String())
 	}()
 	return e, nil
+}
+
+// ready answers GET and HEAD /ready without the access token: 200 while
+// execd serves, 503 with code ENTRYPOINT_FAILED once the entrypoint could
+// not start. An entrypoint that started and exited since leaves it 200:
+// the sandbox still serves, as the lifecycle API reports it Running. It
+// says nothing else (not the entrypoint, not its error), since anyone
+// who reaches the port may ask; the details are at
+// /command/status/entrypoint, behind the token.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if s.entryFailed.Load() {
+		httpx.WriteError(w, httpx.Errorf(http.StatusServiceUnavailable, api.CodeEntrypointFailed, "the entrypoint could not start"))
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // Entrypoint returns the entrypoint, nil until one has been started (at

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/execd/process"
 	"github.com/opensandbox/opensandbox/internal/httpx"
 )
@@ -151,6 +152,9 @@ type Server struct {
 	claimed bool
 	// entry is the entrypoint, once started.
 	entry atomic.Pointer[Entrypoint]
+	// entryFailed is set when the entrypoint could not start: /ready
+	// answers 503 from then on.
+	entryFailed atomic.Bool
 
 	stop chan struct{}
 }
@@ -204,9 +208,20 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the API with authentication in front of every route.
+// Handler returns the API with authentication in front of every route
+// but one: GET and HEAD of exactly api.ExecdReadyPath (see ready), which
+// is served here, ahead of the token check and outside the route table,
+// so that neither the /proxy/{port} forwarder nor a path written another
+// way ("//ready", "/ready/") reaches it.
 func (s *Server) Handler() http.Handler {
-	return s.authenticate(http.HandlerFunc(s.serve))
+	authed := s.authenticate(http.HandlerFunc(s.serve))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == api.ExecdReadyPath && r.URL.RawPath == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			s.ready(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
 }
 
 // serve counts a request and dispatches it.

@@ -2,10 +2,8 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/runtime/warmpool"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -567,37 +566,20 @@ func (r *Runtime) waitExecd(ctx context.Context, hostAddr, token, containerID st
 }
 
 // checkEntrypoint asks execd, published at hostAddr, whether the
-// sandbox's entrypoint could start, and answers a failure with reason
-// api.ReasonEntrypointFailed when it could not (missing, not executable,
-// not a valid executable). execd starts the entrypoint before it serves,
-// so the answer is known once /ping has answered. An entrypoint that
-// started is fine whatever happened to it since, and so is no entrypoint
-// (a warm sandbox before its claim).
+// sandbox's entrypoint could start (warmpool.CheckEntrypoint), and answers
+// a failure with reason api.ReasonEntrypointFailed when it could not
+// (missing, not executable, not a valid executable), or EXECD_NOT_READY
+// when execd could not be asked.
 func checkEntrypoint(ctx context.Context, hostAddr, token string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, execdURL(hostAddr)+"/command/status/"+api.EntrypointCommandID, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set(sandbox.HeaderExecdToken, token)
-	resp, err := probeClient.Do(req)
-	if err != nil {
-		return &failure{"EXECD_NOT_READY", fmt.Sprintf("ask execd for the entrypoint's status: %v", err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
+	err := warmpool.CheckEntrypoint(ctx, probeClient, execdURL(hostAddr), token)
+	var ee *warmpool.EntrypointError
+	switch {
+	case err == nil:
 		return nil
+	case errors.As(err, &ee):
+		return &failure{api.ReasonEntrypointFailed, ee.Error()}
 	}
-	var st api.CommandStatus
-	if resp.StatusCode != http.StatusOK {
-		return &failure{"EXECD_NOT_READY", fmt.Sprintf("execd answered the entrypoint's status with %s", resp.Status)}
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
-		return &failure{"EXECD_NOT_READY", fmt.Sprintf("read the entrypoint's status: %v", err)}
-	}
-	if st.StartFailed() {
-		return &failure{api.ReasonEntrypointFailed, fmt.Sprintf("the entrypoint %s could not start: %s", st.Content, st.Error)}
-	}
-	return nil
+	return &failure{"EXECD_NOT_READY", err.Error()}
 }
 
 // execdURL is the base URL at which the server reaches a sandbox's execd

@@ -14,6 +14,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,6 +84,12 @@ type Runtime struct {
 	// probing while a probe runs, up once execd answered.
 	mu    sync.Mutex
 	probe map[types.UID]probeState
+	// checked holds the pods whose entrypoint this replica has asked
+	// execd about (or has given up asking), by UID; failed, those whose
+	// entrypoint could not start, until the pod carries the failure
+	// (annFailure) that every replica reads.
+	checked map[types.UID]bool
+	failed  map[types.UID]failure
 	// starts holds when this replica created a sandbox that is not
 	// Running yet, for the Observer.
 	starts map[sandbox.ID]time.Time
@@ -149,6 +156,8 @@ func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Log
 		secWrite: newOverlay[*corev1.Secret](),
 		ctx:      ctx, cancel: cancel,
 		probe:    map[types.UID]probeState{},
+		checked:  map[types.UID]bool{},
+		failed:   map[types.UID]failure{},
 		starts:   map[sandbox.ID]time.Time{},
 		pools:    poolTrackers{byName: map[string]*warmpool.Tracker{}},
 		poolWake: make(chan struct{}, 1),
@@ -272,10 +281,13 @@ func (r *Runtime) podSeen(obj any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id := sandbox.ID(pod.Labels[labelID])
+	check := r.needsEntrypointCheckLocked(pod)
 	ready := podIsReady(pod) || r.probe[pod.UID] == up
-	if start, ok := r.starts[id]; ok && ready {
+	if start, ok := r.starts[id]; ok && ready && !check {
 		delete(r.starts, id)
-		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+		if _, failed := r.failed[pod.UID]; !failed {
+			r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+		}
 	}
 	if podIsReady(pod) && r.probe[pod.UID] == up {
 		// The kubelet's probe speaks from now on: if execd stops
@@ -283,7 +295,10 @@ func (r *Runtime) podSeen(obj any) {
 		delete(r.probe, pod.UID)
 		ready = true
 	}
-	if !ready && podStarted(pod) && r.probe[pod.UID] == 0 && pod.DeletionTimestamp == nil {
+	// A started pod is probed until execd answers, and, ready or not
+	// (the kubelet's probe may have been first), until execd has said
+	// whether the entrypoint could start.
+	if (!ready || check) && podStarted(pod) && r.probe[pod.UID] == 0 && pod.DeletionTimestamp == nil {
 		r.probe[pod.UID] = probing
 		r.wg.Add(1)
 		go r.probeExecd(pod.UID, id, pod.Status.PodIP)
@@ -299,6 +314,8 @@ func (r *Runtime) podGone(obj any) {
 	r.podWrite.gone(pod.Name)
 	r.mu.Lock()
 	delete(r.probe, pod.UID)
+	delete(r.checked, pod.UID)
+	delete(r.failed, pod.UID)
 	delete(r.starts, sandbox.ID(pod.Labels[labelID]))
 	r.mu.Unlock()
 	r.wakePools()
@@ -312,10 +329,13 @@ func (r *Runtime) secretSeen(obj any) {
 
 // probeExecd asks a started pod's execd for /ping until it answers, so
 // that the sandbox is Running at once instead of at the kubelet's next
-// readiness probe.
+// readiness probe, and then, for a sandbox whose entrypoint this replica
+// has not checked, asks execd whether the entrypoint could start
+// (warmpool.CheckEntrypoint): the sandbox is Running only once it has, and
+// Failed with reason ENTRYPOINT_FAILED at once when it could not.
 func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 	defer r.wg.Done()
-	url := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort)) + "/ping"
+	base := "http://" + net.JoinHostPort(ip, strconv.Itoa(api.ExecdPort))
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	wait := 25 * time.Millisecond
 	defer func() {
@@ -325,35 +345,165 @@ func (r *Runtime) probeExecd(uid types.UID, id sandbox.ID, ip string) {
 		}
 		r.mu.Unlock()
 	}()
+	pinged := false
+	var last error
 	for time.Now().Before(deadline) && r.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set(sandbox.HeaderExecdToken, r.token(id))
-		resp, err := r.httpc.Do(req)
-		cancel()
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+		pod := r.pod(id)
+		if pod == nil || pod.UID != uid || !podStarted(pod) {
+			return // gone or stopped
+		}
+		r.mu.Lock()
+		check := r.needsEntrypointCheckLocked(pod)
+		r.mu.Unlock()
+		if !check && (podIsReady(pod) || pinged) {
+			if pinged {
+				r.markUp(uid, id)
+			}
+			return // up, or the kubelet's probe speaks
+		}
+		if !pinged {
+			pinged = r.ping(base, id)
+		}
+		if pinged && check {
+			ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+			err := warmpool.CheckEntrypoint(ctx, r.httpc, base, r.token(id))
+			cancel()
+			var ee *warmpool.EntrypointError
+			switch {
+			case errors.As(err, &ee):
+				r.entrypointFailed(pod, ee)
+				return
+			case err == nil:
 				r.mu.Lock()
-				if r.probe[uid] == probing { // not gone meanwhile
-					r.probe[uid] = up
-				}
-				if start, ok := r.starts[id]; ok {
-					delete(r.starts, id)
-					r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
-				}
+				r.checked[uid] = true
 				r.mu.Unlock()
+				r.markUp(uid, id)
 				return
 			}
-		}
-		if pod := r.pod(id); pod == nil || pod.UID != uid || !podStarted(pod) || podIsReady(pod) {
-			return // gone, stopped, or the kubelet's probe speaks
+			last = err
 		}
 		select {
 		case <-r.ctx.Done():
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
+	}
+	if pinged && r.ctx.Err() == nil {
+		// execd answers /ping but not about its entrypoint: not asked
+		// again, and no reason to fail a sandbox that serves.
+		r.log.Warn("ask execd whether the entrypoint started", "sandbox", id, "err", last)
+		r.mu.Lock()
+		r.checked[uid] = true
+		r.mu.Unlock()
+		r.markUp(uid, id)
+	}
+}
+
+// ping reports whether execd at base answers /ping with the sandbox's
+// token.
+func (r *Runtime) ping(base string, id sandbox.ID) bool {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/ping", nil)
+	req.Header.Set(sandbox.HeaderExecdToken, r.token(id))
+	resp, err := r.httpc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// markUp records that the pod uid's execd answered.
+func (r *Runtime) markUp(uid types.UID, id sandbox.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.probe[uid] == probing { // not gone meanwhile
+		r.probe[uid] = up
+	}
+	if start, ok := r.starts[id]; ok {
+		delete(r.starts, id)
+		r.cfg.Observer.SandboxReady(sandbox.CreateCold, time.Since(start))
+	}
+}
+
+// needsEntrypointCheckLocked reports whether this replica is to ask the
+// execd of pod whether its entrypoint could start: a sandbox starting
+// (not Ready yet, or Ready for less than freshStart) that is not of a
+// pool (a warm pod has no entrypoint yet; the claim that hands it out
+// asks, and records the answer on the pod), that nobody has found
+// failed, and that this replica has not asked about. A sandbox that has
+// been serving for longer when this replica first sees it (a restarted
+// server's) is taken as it is. r.mu must be held.
+func (r *Runtime) needsEntrypointCheckLocked(pod *corev1.Pod) bool {
+	return pod.Labels[labelPool] == "" && pod.Labels[labelWarm] == "" && pod.Annotations[annHandover] == "" &&
+		pod.Annotations[annFailure] == "" && !r.checked[pod.UID] && !readyFor(pod, freshStart, time.Now())
+}
+
+// readyFor reports whether pod has been Ready for at least d at now.
+func readyFor(pod *corev1.Pod, d time.Duration, now time.Time) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue && now.Sub(c.LastTransitionTime.Time) >= d
+		}
+	}
+	return false
+}
+
+// entrypointFailed makes the sandbox of pod Failed with reason
+// ENTRYPOINT_FAILED: at once in this replica's view, and for every replica
+// (and a restarted server) once the failure is recorded on the pod, which
+// also ends the pod (see failurePatch).
+func (r *Runtime) entrypointFailed(pod *corev1.Pod, ee *warmpool.EntrypointError) {
+	f := r.entrypointFailure(r.ctx, pod, ee)
+	r.mu.Lock()
+	r.checked[pod.UID], r.failed[pod.UID] = true, f
+	delete(r.starts, sandbox.ID(pod.Labels[labelID]))
+	r.mu.Unlock()
+	r.log.Warn("sandbox failed to start", "sandbox", pod.Labels[labelID], "reason", f.Reason, "err", f.Message)
+	r.recordFailure(r.ctx, pod, f)
+}
+
+// entrypointFailure is the failure of a sandbox whose entrypoint could
+// not start: execd's error and the last lines of the pod's log, as the
+// Docker runtime reports it.
+func (r *Runtime) entrypointFailure(ctx context.Context, pod *corev1.Pod, ee *warmpool.EntrypointError) failure {
+	msg := ee.Error()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tail := int64(5)
+	b, err := r.cs.CoreV1().Pods(r.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: containerSandbox, TailLines: &tail}).DoRaw(ctx)
+	if logs := strings.TrimRight(string(b), "\n"); err == nil && strings.TrimSpace(logs) != "" {
+		msg += "; last lines of its log:\n" + logs
+	}
+	return failure{Reason: api.ReasonEntrypointFailed, Message: msg, Since: time.Now().UTC()}
+}
+
+// recordFailure writes f on pod (failurePatch), trying again a few times:
+// until it lands, only this replica knows of the failure.
+func (r *Runtime) recordFailure(ctx context.Context, pod *corev1.Pod, f failure) {
+	patch, _ := json.Marshal(failurePatch(pod, f))
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+			}
+		}
+		var out *corev1.Pod
+		out, err = r.cs.CoreV1().Pods(r.ns).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			r.podWrite.wrote(out)
+			return
+		}
+		if apierrors.IsNotFound(err) {
+			return
+		}
+	}
+	if ctx.Err() == nil {
+		r.log.Warn("record a sandbox's failure", "sandbox", pod.Labels[labelID], "err", err)
 	}
 }
 
@@ -452,12 +602,33 @@ func (r *Runtime) tokenFor(ctx context.Context, id sandbox.ID) (string, error) {
 	return "", fmt.Errorf("sandbox %s has no token in its secret: %w", id, sandbox.ErrUnavailable)
 }
 
+// view is the sandbox of pod as this replica sees it: the pod, what its
+// probe of execd found, and a failure it found that the pod does not
+// carry yet.
 func (r *Runtime) view(pod *corev1.Pod) *sandbox.Sandbox {
 	r.mu.Lock()
 	isUp := r.probe[pod.UID] == up
+	checking := r.probe[pod.UID] == probing && r.needsEntrypointCheckLocked(pod)
+	f, failed := r.failed[pod.UID]
 	r.mu.Unlock()
-	return sandboxFrom(pod, isUp, time.Now(), timeouts{start: r.cfg.StartTimeout, schedule: r.cfg.ScheduleTimeout})
+	now := time.Now()
+	sb := sandboxFrom(pod, isUp, now, timeouts{start: r.cfg.StartTimeout, schedule: r.cfg.ScheduleTimeout})
+	switch {
+	case failed && pod.Annotations[annFailure] == "":
+		sb.Status = sandbox.Status{State: sandbox.StateFailed, Reason: f.Reason, Message: f.Message, Since: f.Since}
+	case checking && sb.Status.State == sandbox.StateRunning:
+		// Ready by the kubelet's probe before this replica heard from
+		// execd whether the entrypoint started: not Running yet.
+		sb.Status = sandbox.Status{State: sandbox.StatePending, Reason: "EXECD_STARTING", Message: "waiting for execd to answer", Since: sb.CreatedAt}
+	}
+	return sb
 }
+
+// freshStart is how long a sandbox may have been Ready (by the kubelet's
+// probe) and still be asked whether its entrypoint started, staying
+// Pending until it has answered. One Ready for longer when a replica
+// first sees it has long been reported Running, and stays so.
+const freshStart = 30 * time.Second
 
 // Get returns a sandbox from the informer's cache.
 func (r *Runtime) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {

@@ -385,3 +385,81 @@ func TestPassThroughExtensions(t *testing.T) {
 		}
 	}
 }
+
+// TestFailurePatch: a failure is recorded as the annotation statusOf
+// reads back, and ends the pod through activeDeadlineSeconds only when
+// the pod has not finished and has no deadline of its own.
+func TestFailurePatch(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := failure{Reason: "ENTRYPOINT_FAILED", Message: "the entrypoint /x could not start", Since: since}
+	seven := int64(7)
+	cases := []struct {
+		name         string
+		phase        corev1.PodPhase
+		deadline     *int64
+		wantDeadline bool
+	}{
+		{"running", corev1.PodRunning, nil, true},
+		{"pending", corev1.PodPending, nil, true},
+		{"has a deadline", corev1.PodRunning, &seven, false},
+		{"failed", corev1.PodFailed, nil, false},
+		{"succeeded", corev1.PodSucceeded, nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{ActiveDeadlineSeconds: c.deadline}, Status: corev1.PodStatus{Phase: c.phase}}
+			b, err := json.Marshal(failurePatch(pod, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var patch struct {
+				Metadata struct{ Annotations map[string]string }
+				Spec     *struct {
+					ActiveDeadlineSeconds int64 `json:"activeDeadlineSeconds"`
+				}
+			}
+			if err := json.Unmarshal(b, &patch); err != nil {
+				t.Fatal(err)
+			}
+			if got := patch.Spec != nil && patch.Spec.ActiveDeadlineSeconds == 1; got != c.wantDeadline {
+				t.Errorf("patch %s: activeDeadlineSeconds 1 is %v, want %v", b, got, c.wantDeadline)
+			}
+			pod.Annotations = patch.Metadata.Annotations
+			if c.phase == corev1.PodSucceeded {
+				return // statusOf says Terminated whatever was recorded
+			}
+			st := statusOf(pod, false, since, since.Add(time.Minute), timeouts{start: time.Minute, schedule: time.Minute})
+			if st.State != sandbox.StateFailed || st.Reason != f.Reason || st.Message != f.Message || !st.Since.Equal(since) {
+				t.Errorf("status read back from %s: %+v, want Failed %s %q since %v", b, st, f.Reason, f.Message, since)
+			}
+		})
+	}
+}
+
+// TestReadyFor: a sandbox is asked about its entrypoint until it has
+// been Ready for freshStart.
+func TestReadyFor(t *testing.T) {
+	now := time.Now()
+	ready := func(status corev1.ConditionStatus, ago time.Duration) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))},
+			{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(now.Add(-ago))},
+		}}}
+	}
+	for _, c := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"no conditions", &corev1.Pod{}, false},
+		{"not ready for an hour", ready(corev1.ConditionFalse, time.Hour), false},
+		{"ready a moment ago", ready(corev1.ConditionTrue, time.Second), false},
+		{"ready just under freshStart", ready(corev1.ConditionTrue, freshStart-time.Second), false},
+		{"ready for freshStart", ready(corev1.ConditionTrue, freshStart), true},
+		{"ready for an hour", ready(corev1.ConditionTrue, time.Hour), true},
+	} {
+		if got := readyFor(c.pod, freshStart, now); got != c.want {
+			t.Errorf("%s: readyFor = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -470,14 +470,32 @@ func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Mem
 		}
 		return nil, err
 	}
+	// Taken: an entrypoint that could not start makes this sandbox
+	// Failed, the claim's answer, rather than a reason to try another.
+	// The hand-over's last patch records it on the pod.
+	finish := map[string]any{"metadata": map[string]any{"annotations": map[string]any{annHandover: nil}}}
+	var ee *warmpool.EntrypointError
+	if err := warmpool.CheckEntrypoint(ctx, r.httpc, url, token); errors.As(err, &ee) {
+		f := r.entrypointFailure(ctx, taken, ee)
+		finish = failurePatch(taken, f)
+		finish["metadata"].(map[string]any)["annotations"].(map[string]any)[annHandover] = nil
+		r.mu.Lock()
+		r.checked[taken.UID], r.failed[taken.UID] = true, f
+		r.mu.Unlock()
+		r.log.Warn("sandbox failed to start", "sandbox", m.ID, "pool", def.Name, "reason", f.Reason, "err", f.Message)
+	} else if err != nil {
+		// Claimed and handed over: a status execd did not give is no
+		// reason to fail the sandbox.
+		r.log.Warn("entrypoint status of a claimed sandbox", "sandbox", m.ID, "err", err)
+	}
 	tokenPatch, _ := json.Marshal(map[string]any{"data": map[string]string{secretKey: base64.StdEncoding.EncodeToString([]byte(token))}})
 	sec, err := r.cs.CoreV1().Secrets(r.ns).Patch(ctx, podName(m.ID), types.MergePatchType, tokenPatch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, apiError("store the claimed sandbox's token", err)
 	}
 	r.secWrite.wrote(sec)
-	done, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, taken.Name, types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+annHandover+`":null}}}`), metav1.PatchOptions{})
+	finishPatch, _ := json.Marshal(finish)
+	done, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, taken.Name, types.MergePatchType, finishPatch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, apiError("finish the hand-over", err)
 	}
@@ -620,12 +638,8 @@ func (r *Runtime) recordFailures(ctx context.Context) {
 			continue
 		}
 		n++
-		b, _ := json.Marshal(failure{Reason: st.Reason, Message: st.Message, Since: st.Since})
-		meta := map[string]any{"resourceVersion": pod.ResourceVersion, "annotations": map[string]string{annFailure: string(b)}}
-		body := map[string]any{"metadata": meta}
-		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.Spec.ActiveDeadlineSeconds == nil {
-			body["spec"] = map[string]any{"activeDeadlineSeconds": 1}
-		}
+		body := failurePatch(pod, failure{Reason: st.Reason, Message: st.Message, Since: st.Since})
+		body["metadata"].(map[string]any)["resourceVersion"] = pod.ResourceVersion
 		patch, _ := json.Marshal(body)
 		out, err := r.cs.CoreV1().Pods(r.ns).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil {
@@ -637,6 +651,20 @@ func (r *Runtime) recordFailures(ctx context.Context) {
 		r.podWrite.wrote(out)
 		r.log.Info("sandbox failed", "sandbox", pod.Labels[labelID], "reason", st.Reason, "message", st.Message)
 	}
+}
+
+// failurePatch is the merge patch that records f on pod: the annFailure
+// annotation, which every replica reads and which keeps the sandbox
+// Failed, and, for a pod that has not finished, activeDeadlineSeconds, so
+// that the kubelet stops it at once rather than run the user's code
+// unseen. Callers may add to it.
+func failurePatch(pod *corev1.Pod, f failure) map[string]any {
+	b, _ := json.Marshal(f)
+	body := map[string]any{"metadata": map[string]any{"annotations": map[string]any{annFailure: string(b)}}}
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.Spec.ActiveDeadlineSeconds == nil {
+		body["spec"] = map[string]any{"activeDeadlineSeconds": 1}
+	}
+	return body
 }
 
 // tendPools is one pass of the leader over the pools, as warmpool's Plan
