@@ -843,4 +843,3 @@ func TestGatewayAccessLogAndMetrics(t *testing.T) {
 		t.Fatalf("active connections %v with a keep-alive connection open", got)
 	}
 }
-
