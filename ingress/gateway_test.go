@@ -359,6 +359,13 @@ func TestGatewayRouteForms(t *testing.T) {
 			t.Fatalf("backend path %q raw %q", e.Path, e.RawPath)
 		}
 	})
+	t.Run("domain with a port and a wildcard", func(t *testing.T) {
+		f := newFixture(t, func(c *Config) { c.Domain = "*." + domain + ":8443" })
+		e := readEcho(t, f.do(http.MethodGet, sbPublic+"-3000."+domain+":8443", "/y", nil))
+		if e.Path != "/prefix/y" {
+			t.Fatalf("backend path %q", e.Path)
+		}
+	})
 	t.Run("public sandbox needs nothing, prefix kept", func(t *testing.T) {
 		e := readEcho(t, f.do(http.MethodGet, sbPublic+"-3000."+domain, "/x", nil))
 		if e.Path != "/prefix/x" {
