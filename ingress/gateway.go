@@ -243,6 +243,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.route = rt
+	if rt.Mode == ModePath && rt.Path == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		// A browser opening ".../{port}" or ".../{signature}" would
+		// resolve the page's relative links one level up, outside the
+		// route: send it to the same route with a slash.
+		loc := r.URL.EscapedPath() + "/"
+		if r.URL.RawQuery != "" {
+			loc += "?" + r.URL.RawQuery
+		}
+		http.Redirect(rw, r, loc, http.StatusTemporaryRedirect)
+		return
+	}
 
 	keys := g.cfg.Keys()
 	token := r.Header.Get(api.HeaderSecureAccess)
