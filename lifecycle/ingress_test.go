@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -395,4 +396,40 @@ func TestPoolTemplateExtensions(t *testing.T) {
 		t.Errorf("a create without poolRef: %+v", tg)
 	}
 	e.call("POST", "/v1/sandboxes", `{"extensions":{"poolRef":"nope"}}`).wantStatus(t, 404)
+}
+
+// TestServerResolverAgainstRoutes: the HTTP resolver remote gateways use
+// (ingress.ServerResolver) reads these routes as they answer: targets,
+// ErrNotFound for an unknown sandbox, renewals that move the expiry, and
+// a wrong API key as an error that is not ErrNotFound.
+func TestServerResolverAgainstRoutes(t *testing.T) {
+	e, _ := newEnv(t)
+	id := e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"timeout":60,"extensions":{"access.renew.extend.seconds":"900","ingress.public":"true"}}`)
+	e.waitState(id, sandbox.StateRunning)
+	res, err := ingress.NewServerResolver(e.url+"/v1", testKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tg, err := res.Target(ctx, id, 8080)
+	if err != nil || tg.State != "Running" || !tg.Public || tg.RenewExtendSeconds != 900 || tg.Endpoint != "fake.invalid:8080" {
+		t.Fatalf("Target: %+v, %v", tg, err)
+	}
+	if _, err := res.Target(ctx, "nope", 8080); !errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("unknown sandbox: %v, want ErrNotFound", err)
+	}
+	if err := res.Renew(ctx, id, 8080); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := e.rt.Get(ctx, sandbox.ID(id))
+	if d := time.Until(*sb.ExpiresAt); d < 800*time.Second {
+		t.Fatalf("after Renew the sandbox expires in %v, want about 900s", d)
+	}
+	if err := res.Renew(ctx, "nope", 8080); !errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("renew of an unknown sandbox: %v", err)
+	}
+	wrong, _ := ingress.NewServerResolver(e.url, "wrong-key", nil)
+	if _, err := wrong.Target(ctx, id, 8080); err == nil || errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("wrong API key: %v", err)
+	}
 }
