@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -213,5 +215,81 @@ signing_keys = [%q]
 	// The gateway's series are on the server's /metrics.
 	if _, body := call("GET", base+"/metrics", "", auth); !bytes.Contains(body, []byte("ingress")) {
 		t.Errorf("no ingress series on /metrics")
+	}
+}
+
+// TestInProcessGatewayTLS: with tls_cert and tls_key the gateway's
+// listener speaks HTTPS, HTTP/2 included, with that certificate.
+func TestInProcessGatewayTLS(t *testing.T) {
+	testenv.MustHaveDocker(t)
+	execd, err := testserver.BuildExecd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := writeTestCert(t)
+	signing, _ := ingress.GenerateKey('t')
+	scope := "gw-tls-test-" + strconv.Itoa(os.Getpid())
+	t.Cleanup(func() { testserver.RemoveScope(scope) })
+	path := filepath.Join(t.TempDir(), "sandbox.toml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`version = 1
+[server]
+api_key = "gateway-test-key-0123456789"
+[runtime.docker]
+data_dir = %q
+execd_path = %q
+label_scope = %q
+[ingress]
+mode = "gateway"
+route_mode = "header"
+listen = "127.0.0.1:0"
+signing_keys = [%q]
+tls_cert = %q
+tls_key = %q
+`, t.TempDir(), execd, scope, signing, certFile, keyFile)), 0o600)
+	ready, gwReady := make(chan net.Addr, 1), make(chan net.Addr, 1)
+	m := &Main{ConfigPath: path, Listen: "127.0.0.1:0", Ready: ready, GatewayReady: gwReady, Logger: slog.New(slog.DiscardHandler)}
+	if err := m.Load(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	var gwAddr net.Addr
+	select {
+	case gwAddr = <-gwReady:
+	case err := <-done:
+		t.Fatalf("the server stopped: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the server did not start")
+	}
+	pemBytes, _ := os.ReadFile(certFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	resp, err := client.Get("https://" + gwAddr.String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("https healthz: %d over %s", resp.StatusCode, resp.Proto)
+	}
+	// No route and no token: the envelope's 401, over TLS too.
+	req, _ := http.NewRequest("GET", "https://"+gwAddr.String()+"/", nil)
+	req.Header.Set(api.HeaderIngressTo, "some-sandbox-8080")
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte(api.CodeIngressUnauthorized)) {
+		t.Fatalf("no token over TLS: %d %s", resp.StatusCode, body)
 	}
 }
