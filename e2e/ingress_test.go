@@ -89,7 +89,7 @@ route_mode = %q
 address = %q
 domain = %q
 listen = %q
-keys_file = %q
+signing_keys_file = %q
 `, mode, gwAddr, ingressDomain+":"+port, inproc, keysFile)
 }
 
@@ -649,14 +649,21 @@ func TestIngressGateway(t *testing.T) {
 			wsEcho(t, st.hc, c.name, c.url, c.header)
 		}
 
-		// The server's own PTY WebSocket, on execd's port, through the
-		// gateway (execd's token is added by the gateway).
+		// execd's PTY WebSocket, through the gateway: in gateway mode
+		// execd's endpoint is the gateway too, which adds execd's token.
+		execd := st.endpoint(id, api.ExecdPort, "")
+		if execd.Endpoint != st.gwAddr+"/"+id+"/"+execdPort || execd.Headers[api.HeaderExecdToken] != "" {
+			t.Fatalf("execd endpoint in gateway mode %+v: want the gateway, without execd's token", execd)
+		}
+		pty, _ := json.Marshal(api.CreatePTYRequest{Cwd: "/tmp"})
+		resp, body := st.send("POST", "http://"+execd.Endpoint+"/pty", bytes.NewReader(pty), api.HeaderSecureAccess, tok, "Content-Type", "application/json")
 		var sess api.PTYSession
-		c := s.execd(id)
-		c.call("POST", "/pty", api.CreatePTYRequest{Cwd: "/tmp"}, 201, &sess)
+		if resp.StatusCode != 201 || json.Unmarshal(body, &sess) != nil {
+			t.Fatalf("POST /pty through the gateway: %s %q", resp.Status, body)
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		conn, _, err := websocket.Dial(ctx, "ws://"+st.gwAddr+"/"+id+"/"+execdPort+"/pty/"+sess.SessionID+"/ws",
+		conn, _, err := websocket.Dial(ctx, "ws://"+execd.Endpoint+"/pty/"+sess.SessionID+"/ws",
 			&websocket.DialOptions{HTTPClient: st.hc, HTTPHeader: http.Header{api.HeaderSecureAccess: {tok}}})
 		if err != nil {
 			t.Fatalf("PTY WebSocket through the gateway: %v", err)
@@ -765,6 +772,9 @@ func TestIngressGateway(t *testing.T) {
 		_, _, _, exp, sig := signedParts(t, signedA.Endpoint)
 		resp, body = st.get("http://" + st.inproc + "/" + id + "/8080/" + exp + "/" + sig + "/asset.json")
 		st.wantAsset("in-process signed uri route", resp, body)
+		_, port, _ := net.SplitHostPort(st.inproc)
+		resp, body = st.get("http://"+id+"-8080."+ingressDomain+":"+port+"/asset.json", api.HeaderSecureAccess, tok)
+		st.wantAsset("in-process subdomain route", resp, body)
 		resp, body = st.get("http://" + st.inproc + "/" + id + "/8080/asset.json")
 		wantGatewayError(t, "in-process, no auth", resp, body, 401, api.CodeIngressUnauthorized)
 	})
@@ -785,6 +795,12 @@ func TestIngressGateway(t *testing.T) {
 			t.Errorf("SDK signed endpoint %+v expires in %v, want 10 min and no headers", sep, left)
 		}
 		st.wantAssetVia("SDK signed endpoint", *sep)
+		// The SDK, unchanged, runs a command through the gateway: execd's
+		// endpoint is a gateway route with the access token.
+		ex, err := c.Sandbox(id).Run(t.Context(), "echo via-gateway-$((6*7))", nil)
+		if err != nil || ex.ExitCode != 0 || strings.TrimSpace(ex.Stdout) != "via-gateway-42" {
+			t.Errorf("SDK command through the gateway: %+v, %v", ex, err)
+		}
 	})
 
 	// Key rotation: a gateway with a new signing key and the old one
