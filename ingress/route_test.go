@@ -223,4 +223,3 @@ func fuzzRequest(host, rawPath string, headers http.Header) *http.Request {
 	}
 	return r
 }
-

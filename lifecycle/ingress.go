@@ -69,11 +69,11 @@ func (c *IngressConfig) validate() error {
 	}
 	switch c.RouteMode {
 	case RouteHeader, RouteURI:
-		if err := checkHostPort(c.Address); err != nil {
+		if err := CheckHostPort(c.Address); err != nil {
 			return fmt.Errorf("Ingress.Address %q: %v", c.Address, err)
 		}
 	case RouteWildcard:
-		if err := checkHostPort(c.Domain); err != nil {
+		if err := CheckHostPort(c.Domain); err != nil {
 			return fmt.Errorf("Ingress.Domain %q: %v", c.Domain, err)
 		}
 	default:
@@ -82,9 +82,9 @@ func (c *IngressConfig) validate() error {
 	return nil
 }
 
-// checkHostPort accepts host or host:port, without scheme, path or
-// wildcard.
-func checkHostPort(v string) error {
+// CheckHostPort accepts host or host:port, without scheme, path or
+// wildcard: a gateway's address or domain.
+func CheckHostPort(v string) error {
 	switch {
 	case v == "":
 		return errors.New("empty")
