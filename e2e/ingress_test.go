@@ -307,11 +307,11 @@ func startGateway(t *testing.T, s *server, addr string, keys ...string) *gateway
 	g.cmd = exec.Command(ingressBin,
 		"--listen", addr,
 		"--server", s.base,
-		"--keys-file", writeKeys(t, keys...),
+		"--signing-keys-file", writeKeys(t, keys...),
 		"--domain", ingressDomain,
 		"--renew-every", "60s",
 	)
-	g.cmd.Env = append(os.Environ(), "OPEN_SANDBOX_API_KEY="+s.key)
+	g.cmd.Env = append(os.Environ(), "OSB_API_KEY="+s.key)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -594,6 +594,11 @@ func TestIngressGateway(t *testing.T) {
 		// Authenticated, the sandbox paused: 503 saying so; deleted: 404.
 		s.call("POST", "/v1/sandboxes/"+other+"/pause", nil, 202, nil)
 		s.waitState(other, "Paused")
+		// The gateway may hold the sandbox's last answer for a moment.
+		testwait.Until(t, "the gateway to see the sandbox paused", func() bool {
+			resp, _ := st.get(st.uri(other, appPort)+"/", api.HeaderSecureAccess, otherTok)
+			return resp.StatusCode == 503
+		}, nil)
 		resp, body := st.get(st.uri(other, appPort)+"/", api.HeaderSecureAccess, otherTok)
 		if e := wantGatewayError(t, "paused sandbox", resp, body, 503, api.CodeIngressSandboxNotRunning); !strings.Contains(e.Message, "Paused") {
 			t.Errorf("paused sandbox: message %q does not say it is Paused", e.Message)
