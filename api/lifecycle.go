@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -170,6 +171,20 @@ type RenewExpirationRequest struct {
 type Endpoint struct {
 	Endpoint string            `json:"endpoint"`
 	Headers  map[string]string `json:"headers,omitempty"`
+}
+
+// URL is the endpoint as a URL with scheme ("http" or "https"), ending
+// in "/" so that relative links of a page served under a path prefix
+// resolve under it. An endpoint that already has a scheme keeps it.
+func (e Endpoint) URL(scheme string) string {
+	u := e.Endpoint
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		u = scheme + "://" + u
+	}
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	return u
 }
 
 // SnapshotStatus is the status of a snapshot.
