@@ -649,10 +649,10 @@ func TestIngressGateway(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); len(arrivals) != 4 || ct != "text/event-stream" {
 			t.Fatalf("SSE: %d events, content type %q", len(arrivals), ct)
 		}
-		for i := 1; i < len(arrivals); i++ {
-			if gap := arrivals[i] - arrivals[i-1]; gap < 250*time.Millisecond {
-				t.Errorf("SSE events arrived at %v: event %d only %v after the one before (the app sends one every 400 ms)", arrivals, i, gap)
-			}
+		// The app sends them over 1.2 s; a gateway that held them back
+		// would hand them over together.
+		if spread := arrivals[3] - arrivals[0]; spread < 700*time.Millisecond {
+			t.Errorf("SSE events arrived at %v, within %v (the app sends one every 400 ms)", arrivals, spread)
 		}
 
 		// WebSocket echo, with the token and through a signed link.
