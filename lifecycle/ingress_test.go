@@ -327,3 +327,31 @@ func TestIngressPublicValidated(t *testing.T) {
 		wantError(t, 400, api.CodeSandboxInvalidParameter)
 	e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"extensions":{"ingress.public":"true"}}`)
 }
+
+// noAddressYet is a runtime whose sandboxes have no address yet, as a
+// pod before it is scheduled.
+type noAddressYet struct{ *fake.Runtime }
+
+func (noAddressYet) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
+	return sandbox.Endpoint{}, fmt.Errorf("sandbox %s has no address yet: %w", id, sandbox.ErrUnavailable)
+}
+
+// TestGatewayEndpointWhileStarting: the gateway's route is answered
+// before the runtime knows where the sandbox is (SDKs ask right after
+// create); the egress port, whose token comes from the runtime, waits.
+func TestGatewayEndpointWhileStarting(t *testing.T) {
+	keys := testKeys(t)
+	rt := noAddressYet{fake.New()}
+	rt.StartDelay = time.Hour
+	e := newEnvWith(t, rt, func(c *Config) {
+		c.Ingress = IngressConfig{Gateway: true, RouteMode: RouteWildcard, Domain: "sb.example.test", Keys: func() IngressSigner { return keys }}
+	})
+	id := e.create("")
+	var ep api.Endpoint
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+strconv.Itoa(api.ExecdPort), "").wantStatus(t, 200).decode(t, &ep)
+	if ep.Endpoint != id+"-"+strconv.Itoa(api.ExecdPort)+".sb.example.test" || !keys.CheckAccessToken(id, ep.Headers[api.HeaderSecureAccess]) {
+		t.Fatalf("endpoint of a starting sandbox %+v", ep)
+	}
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/18080", "").wantError(t, 503, api.CodeSandboxUnavailable)
+	e.call("GET", "/v1/sandboxes/nope/endpoints/8080", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+}
