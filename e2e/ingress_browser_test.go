@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,11 +95,12 @@ func TestIngressBrowser(t *testing.T) {
 	// whose asset came through the gateway under the same link.
 	open := func(what, link string) {
 		t.Helper()
-		status, loaded := renderedPage(t, tab, link+"/", "ingress-"+what)
+		base := strings.TrimSuffix(link, "/")
+		status, loaded := renderedPage(t, tab, base+"/", "ingress-"+what)
 		if status != want {
 			t.Errorf("%s link: the page says %q, want %q", what, status, want)
 		}
-		for _, res := range []string{link + "/app.js", link + "/asset.json"} {
+		for _, res := range []string{base + "/app.js", base + "/asset.json"} {
 			if !slices.Contains(loaded, res) {
 				t.Errorf("%s link: the page loaded %q, not %s", what, loaded, res)
 			}
@@ -124,11 +127,13 @@ func TestIngressBrowser(t *testing.T) {
 		t.Errorf("unsigned link: the page says %q, want the gateway's %s", body, api.CodeIngressUnauthorized)
 	}
 
-	// Subdomain routes: the signed route is the host's first label.
+	// Subdomain routes: the signed route is the host's first label. The
+	// link is the one osb prints for a person to open.
 	st.reconfigure("wildcard", key)
-	ep = st.endpoint(st.app, appPort, expiresIn(time.Hour))
-	if !strings.Contains(ep.Endpoint, "."+ingressDomain+":") || len(ep.Headers) != 0 {
-		t.Fatalf("signed wildcard endpoint %+v: want a link a browser can open, without headers", ep)
+	link := strings.TrimSpace(st.s.osb("sandbox", "endpoint", st.app, strconv.Itoa(appPort), "--expires", "1h").ok(t))
+	_, gwPort, _ := net.SplitHostPort(st.gwAddr)
+	if !strings.HasPrefix(link, "http://"+st.app+"-"+strconv.Itoa(appPort)+"-") || !strings.Contains(link, "."+ingressDomain+":"+gwPort) {
+		t.Fatalf("osb sandbox endpoint --expires printed %q, want a signed subdomain link", link)
 	}
-	open("wildcard", "http://"+ep.Endpoint)
+	open("wildcard", link)
 }

@@ -4,13 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -105,7 +112,7 @@ func startIngressStack(t *testing.T, mode string, create func(*api.CreateSandbox
 	st := &ingressStack{t: t, gwAddr: "127.0.0.1:" + strconv.Itoa(freePort(t)),
 		inproc: "127.0.0.1:" + strconv.Itoa(freePort(t)), word: randomHex(8), hc: ingressClient()}
 	st.s = startServer(t, serverOptions{extra: ingressServerConfig(mode, st.gwAddr, st.inproc, writeKeys(t, keys...))})
-	st.gw = startGateway(t, st.s, st.gwAddr, keys...)
+	st.gw = startGateway(t, st.s, st.gwAddr, keys)
 	req := sandboxRequest(pythonImage, "python3", "-c", ingressApp, strconv.Itoa(appPort), strconv.Itoa(appPort2))
 	req.Env = map[string]*string{"APP_WORD": &st.word}
 	if create != nil {
@@ -302,18 +309,25 @@ type gatewayProc struct {
 }
 
 // startGateway runs osb-ingress on addr with keys (the first signs),
-// finding sandboxes through the server s, and waits until it is ready.
-// It is stopped when the test ends.
-func startGateway(t *testing.T, s *server, addr string, keys ...string) *gatewayProc {
+// finding sandboxes through the server s, and waits until it is ready;
+// extra are more flags. It is stopped when the test ends.
+func startGateway(t *testing.T, s *server, addr string, keys []string, extra ...string) *gatewayProc {
+	t.Helper()
+	return startGatewayWith(t, s, addr, nil, keys, extra...)
+}
+
+// startGatewayWith is startGateway for a gateway that hc (with TLS)
+// reaches; nil: plain HTTP.
+func startGatewayWith(t *testing.T, s *server, addr string, hc *http.Client, keys []string, extra ...string) *gatewayProc {
 	t.Helper()
 	g := &gatewayProc{t: t, addr: addr, logs: &syncBuffer{}, exited: make(chan struct{})}
-	g.cmd = exec.Command(ingressBin,
+	g.cmd = exec.Command(ingressBin, append([]string{
 		"--listen", addr,
 		"--server", s.base,
 		"--signing-keys-file", writeKeys(t, keys...),
 		"--domain", ingressDomain,
 		"--renew-every", "60s",
-	)
+	}, extra...)...)
 	g.cmd.Env = append(os.Environ(), "OSB_API_KEY="+s.key)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if err := g.cmd.Start(); err != nil {
@@ -326,8 +340,14 @@ func startGateway(t *testing.T, s *server, addr string, keys ...string) *gateway
 			t.Logf("osb-ingress on %s, log (tail):\n%s", addr, tail(g.logs.String(), 40))
 		}
 	})
+	ready := "http://" + addr + "/readyz"
+	if hc == nil {
+		hc = http.DefaultClient
+	} else {
+		ready = "https://" + addr + "/readyz"
+	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+		if resp, err := hc.Get(ready); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return g
@@ -342,6 +362,53 @@ func startGateway(t *testing.T, s *server, addr string, keys ...string) *gateway
 			t.Fatalf("osb-ingress was not ready on %s:\n%s", addr, g.logs.String())
 		}
 	}
+}
+
+// testCert writes a self-signed certificate for 127.0.0.1 and every name
+// under ingressDomain, and returns its files and a client that trusts it
+// (and dials .test names on loopback).
+func testCert(t *testing.T) (certFile, keyFile string, hc *http.Client) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "osb-ingress e2e"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"*." + ingressDomain},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	tr := ingressClient().Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	tr.ForceAttemptHTTP2 = true
+	return certFile, keyFile, &http.Client{Transport: tr, Timeout: time.Minute}
 }
 
 // stop ends the process and waits for it.
@@ -417,7 +484,11 @@ func TestIngressGateway(t *testing.T) {
 		t.Fatalf("the sandbox was created with expiry %v, want within %d s", created.ExpiresAt, timeout)
 	}
 	other := s.create(sandboxRequest(busyboxImage, "sleep", "infinity"))
+	publicReq := sandboxRequest(busyboxImage, "sleep", "infinity")
+	publicReq.Extensions = map[string]string{api.ExtensionIngressPublic: "true"}
+	public := s.create(publicReq)
 	s.waitState(other, "Running")
+	s.waitState(public, "Running")
 
 	// The endpoint API in uri mode: the gateway's address, the route in
 	// the path, the sandbox's access token.
@@ -596,9 +667,17 @@ func TestIngressGateway(t *testing.T) {
 			resp, body := st.get(c.url, c.hdr...)
 			wantGatewayError(t, c.name, resp, body, 400, api.CodeIngressInvalidRoute)
 		}
+		// A sandbox made public is served without credentials: nothing
+		// listens on its port, so the sandbox's own answer (the gateway's
+		// 502) and not a 401. Its neighbours stay private.
+		resp, body := st.get(st.uri(public, appPort) + "/")
+		wantGatewayError(t, "public sandbox without credentials", resp, body, 502, api.CodeIngressBadGateway)
+		resp, body = st.get(st.uri(other, appPort) + "/")
+		wantGatewayError(t, "private sandbox beside a public one", resp, body, 401, api.CodeIngressUnauthorized)
+
 		// Nothing listens on the other sandbox's published app port: the
 		// gateway's own 502.
-		resp, body := st.get(st.uri(other, appPort)+"/", api.HeaderSecureAccess, otherTok)
+		resp, body = st.get(st.uri(other, appPort)+"/", api.HeaderSecureAccess, otherTok)
 		wantGatewayError(t, "nothing on the port", resp, body, 502, api.CodeIngressBadGateway)
 
 		// Authenticated, the sandbox paused: 503 saying so; deleted: 404.
@@ -721,6 +800,32 @@ func TestIngressGateway(t *testing.T) {
 		}
 	})
 
+	// HTTP/2 over TLS: a second osb-ingress with a certificate.
+	section(t, "tls", func() {
+		cert, key, hc := testCert(t)
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		g := startGatewayWith(t, s, addr, hc, []string{keyA}, "--tls-cert", cert, "--tls-key", key)
+		defer g.stop()
+		_, port, _ := net.SplitHostPort(addr)
+		for _, url := range []string{
+			"https://" + addr + "/" + id + "/8080/asset.json",
+			"https://" + id + "-8080." + ingressDomain + ":" + port + "/asset.json",
+		} {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set(api.HeaderSecureAccess, tok)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s: %v", url, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.ProtoMajor != 2 || resp.TLS == nil {
+				t.Errorf("GET %s answered in %s (TLS %v), want HTTP/2 over TLS", url, resp.Proto, resp.TLS != nil)
+			}
+			st.wantAsset("TLS "+url, resp, body)
+		}
+	})
+
 	section(t, "download", func() {
 		const size = 1 << 30
 		before, err := st.gw.rss()
@@ -830,7 +935,7 @@ func TestIngressGateway(t *testing.T) {
 	// still honours the old key's links; without the old key, not.
 	section(t, "rotation", func() {
 		st.gw.stop()
-		st.gw = startGateway(t, s, st.gwAddr, keyB, keyA)
+		st.gw = startGateway(t, s, st.gwAddr, []string{keyB, keyA})
 		st.wantAssetVia("old link, both keys", signedA)
 
 		// The server signs with the new key now; header mode.
@@ -849,7 +954,7 @@ func TestIngressGateway(t *testing.T) {
 		st.wantAssetVia("signed header endpoint", signedB)
 
 		st.gw.stop()
-		st.gw = startGateway(t, s, st.gwAddr, keyB)
+		st.gw = startGateway(t, s, st.gwAddr, []string{keyB})
 		resp, body := st.viaEndpoint(signedA, "/asset.json")
 		wantGatewayError(t, "old link, old key removed", resp, body, 401, api.CodeIngressUnauthorized)
 		resp, body = st.get(st.uri(id, appPort)+"/asset.json", api.HeaderSecureAccess, tok)
