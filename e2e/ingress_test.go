@@ -80,8 +80,10 @@ type ingressStack struct {
 	gw     *gatewayProc
 	gwAddr string // osb-ingress, the address the endpoint API names
 	inproc string // the server's own [ingress] listen
-	word   string // what the app's asset says
-	app    string // the app's sandbox
+	// metrics is the first osb-ingress's --metrics-listen.
+	metrics string
+	word    string // what the app's asset says
+	app     string // the app's sandbox
 	// created is the app's sandbox as it became Running, before any
 	// traffic through the gateway.
 	created api.Sandbox
@@ -110,9 +112,10 @@ func startIngressStack(t *testing.T, mode string, create func(*api.CreateSandbox
 	t.Helper()
 	testenv.MustHaveImage(t, pythonImage)
 	st := &ingressStack{t: t, gwAddr: "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		inproc: "127.0.0.1:" + strconv.Itoa(freePort(t)), word: randomHex(8), hc: ingressClient()}
+		inproc: "127.0.0.1:" + strconv.Itoa(freePort(t)), metrics: "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		word: randomHex(8), hc: ingressClient()}
 	st.s = startServer(t, serverOptions{extra: ingressServerConfig(mode, st.gwAddr, st.inproc, writeKeys(t, keys...))})
-	st.gw = startGateway(t, st.s, st.gwAddr, keys)
+	st.gw = startGateway(t, st.s, st.gwAddr, keys, "--metrics-listen", st.metrics)
 	req := sandboxRequest(pythonImage, "python3", "-c", ingressApp, strconv.Itoa(appPort), strconv.Itoa(appPort2))
 	req.Env = map[string]*string{"APP_WORD": &st.word}
 	if create != nil {
@@ -928,6 +931,51 @@ func TestIngressGateway(t *testing.T) {
 		ex, err := c.Sandbox(id).Run(t.Context(), "echo via-gateway-$((6*7))", nil)
 		if err != nil || ex.ExitCode != 0 || strings.TrimSpace(ex.Stdout) != "via-gateway-42" {
 			t.Errorf("SDK command through the gateway: %+v, %v", ex, err)
+		}
+	})
+
+	// What the gateway counted of all this, and that its log holds no
+	// credential.
+	section(t, "metrics and log", func() {
+		resp, body := st.get("http://" + st.metrics + "/metrics")
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /metrics: %s", resp.Status)
+		}
+		values := map[string]float64{}
+		for _, line := range strings.Split(string(body), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(line, "#") {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				values[f[0]] = v
+			}
+		}
+		for _, c := range []struct {
+			series string
+			min    float64
+		}{
+			{`opensandbox_ingress_requests_total{class="2xx"}`, 20},
+			{`opensandbox_ingress_requests_total{class="4xx"}`, 20},
+			{`opensandbox_ingress_requests_total{class="5xx"}`, 3},
+			{`opensandbox_ingress_sent_bytes_total`, 1 << 30},
+			{`opensandbox_ingress_received_bytes_total`, 3 << 20},
+			{`opensandbox_ingress_route_misses_total{reason="invalid_route"}`, 6},
+			{`opensandbox_ingress_route_misses_total{reason="unauthorized"}`, 15},
+			{`opensandbox_ingress_route_misses_total{reason="not_found"}`, 1},
+			{`opensandbox_ingress_route_misses_total{reason="not_running"}`, 1},
+			{`opensandbox_ingress_route_misses_total{reason="upstream"}`, 2},
+		} {
+			if v, ok := values[c.series]; !ok || v < c.min {
+				t.Errorf("metrics: %s = %v (present %v), want at least %v", c.series, v, ok, c.min)
+			}
+		}
+		_, _, _, _, sig := signedParts(t, signedA.Endpoint)
+		log := st.gw.logs.String()
+		if !strings.Contains(log, id) {
+			t.Errorf("the access log does not name the sandbox:\n%s", tail(log, 10))
+		}
+		for what, secret := range map[string]string{"access token": tok, "other token": otherTok, "signature": sig} {
+			if strings.Contains(log, secret) {
+				t.Errorf("the gateway's log holds the %s", what)
+			}
 		}
 	})
 
