@@ -264,6 +264,11 @@ type PoolTemplate struct {
 	// their start: a claimed sandbox runs with it (an extension of the
 	// reference's pool template).
 	NetworkPolicy json.RawMessage `json:"networkPolicy,omitempty"`
+	// Extensions are given to each sandbox handed out to a create that
+	// names the pool (extensions.poolRef), under the create's own:
+	// ExtensionIngressPublic and ExtensionRenewExtend (an extension of the
+	// reference's pool template).
+	Extensions map[string]string `json:"extensions,omitempty"`
 }
 
 // CapacitySpec bounds a warm pool: ready sandboxes are refilled to

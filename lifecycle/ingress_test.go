@@ -355,3 +355,44 @@ func TestGatewayEndpointWhileStarting(t *testing.T) {
 	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/18080", "").wantError(t, 503, api.CodeSandboxUnavailable)
 	e.call("GET", "/v1/sandboxes/nope/endpoints/8080", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
 }
+
+// TestPoolTemplateExtensions: a pool's template may make the sandboxes it
+// hands out public (or renew on access); only a create naming the pool
+// gets them, under the create's own; other keys are refused.
+func TestPoolTemplateExtensions(t *testing.T) {
+	rt := fake.NewPooled()
+	t.Cleanup(func() { rt.Close() })
+	e := newEnvWith(t, rt)
+	pool := func(name, ext string) string {
+		return `{"name":"` + name + `","template":{"image":{"uri":"img"},"resourceLimits":{},"extensions":` + ext + `},"capacitySpec":{"bufferMin":1,"bufferMax":1,"poolMin":0,"poolMax":5}}`
+	}
+	var got api.Pool
+	e.call("POST", "/v1/pools", pool("demo", `{"ingress.public":"true","access.renew.extend.seconds":"600"}`)).wantStatus(t, 201).decode(t, &got)
+	if got.Template.Extensions["ingress.public"] != "true" {
+		t.Fatalf("pool %+v", got.Template)
+	}
+	for _, ext := range []string{`{"ingress.public":"yes"}`, `{"access.renew.extend.seconds":"5"}`, `{"docker.runtime":"runsc"}`, `{"poolRef":"x"}`} {
+		e.call("POST", "/v1/pools", pool("bad", ext)).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	}
+	target := func(id string) api.IngressTarget {
+		t.Helper()
+		var tg api.IngressTarget
+		e.call("GET", api.IngressTargetsPath+id+"/8080", "").wantStatus(t, 200).decode(t, &tg)
+		return tg
+	}
+	named := e.create(`{"extensions":{"poolRef":"demo"},"timeout":600}`)
+	if tg := target(named); !tg.Public || tg.RenewExtendSeconds != 600 {
+		t.Errorf("a sandbox of the pool: %+v", tg)
+	}
+	own := e.create(`{"extensions":{"poolRef":"demo","ingress.public":"false"},"timeout":600}`)
+	if tg := target(own); tg.Public || tg.RenewExtendSeconds != 600 {
+		t.Errorf("the create's own extension does not win: %+v", tg)
+	}
+	// A create that does not name the pool, served by it or not, is not
+	// made public by it.
+	plain := e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"timeout":600}`)
+	if tg := target(plain); tg.Public || tg.RenewExtendSeconds != 0 {
+		t.Errorf("a create without poolRef: %+v", tg)
+	}
+	e.call("POST", "/v1/sandboxes", `{"extensions":{"poolRef":"nope"}}`).wantStatus(t, 404)
+}

@@ -406,3 +406,18 @@ func writeTestCert(t *testing.T) (certFile, keyFile string) {
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 	return certFile, keyFile
 }
+
+func TestPoolExtensionsConfig(t *testing.T) {
+	head := "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\n[[pools]]\nname = \"demo\"\nimage = \"python:3.11\"\npool_max = 2\nbuffer_max = 1\n"
+	cfg, err := loadConfig(writeConfig(t, head+"extensions = { \"ingress.public\" = \"true\" }\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := cfg.Pools[0].definition()
+	if err != nil || def.Template.Extensions["ingress.public"] != "true" {
+		t.Fatalf("pool definition %+v, %v", def.Template, err)
+	}
+	if _, err := loadConfig(writeConfig(t, head+"extensions = { \"ingress.public\" = \"maybe\" }\n"), false); err == nil || !strings.Contains(err.Error(), "pools[0]") || !strings.Contains(err.Error(), "ingress.public") {
+		t.Fatalf("a bad extension: %v", err)
+	}
+}
