@@ -76,6 +76,19 @@ func MustHaveCommand(t testing.TB, name string) string {
 	return p
 }
 
+// MustHaveChromium requires a headless-capable Chromium (Debian's
+// chromium; scripts/test-deps.sh installs it) and returns its path.
+func MustHaveChromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	Missing(t, "chromium is not installed (run scripts/test-deps.sh)")
+	return ""
+}
+
 type dockerError struct {
 	err error
 	out string
