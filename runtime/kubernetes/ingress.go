@@ -224,7 +224,9 @@ func targetOf(pod *corev1.Pod, port int, now time.Time, to timeouts) api.Ingress
 		Public:    sb.Extensions[api.ExtensionIngressPublic] == "true",
 		ExpiresAt: sb.ExpiresAt,
 	}
-	if n, err := strconv.Atoi(sb.Extensions[api.ExtensionRenewExtend]); err == nil && n > 0 {
+	// As the servers: renew-on-access needs an expiry to move (the
+	// extension's range was checked at create).
+	if n, err := strconv.Atoi(sb.Extensions[api.ExtensionRenewExtend]); err == nil && n > 0 && sb.ExpiresAt != nil {
 		t.RenewExtendSeconds = n
 	}
 	if sb.Status.State == sandbox.StateRunning && pod.Status.PodIP != "" {

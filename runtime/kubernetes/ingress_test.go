@@ -56,6 +56,8 @@ func TestTargetOf(t *testing.T) {
 		{"running, public, renewing", mk(map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "600"}, running, &exp),
 			api.IngressTarget{SandboxID: "sb-1", Port: 8080, State: "Running", Reason: "POD_READY", Endpoint: "10.244.0.7:8080",
 				Public: true, RenewExtendSeconds: 600, ExpiresAt: &exp}},
+		{"renewing without an expiry: nothing to renew", mk(map[string]string{api.ExtensionRenewExtend: "600"}, running, nil),
+			api.IngressTarget{SandboxID: "sb-1", Port: 8080, State: "Running", Reason: "POD_READY", Endpoint: "10.244.0.7:8080"}},
 		{"running, private, no expiry", mk(nil, running, nil),
 			api.IngressTarget{SandboxID: "sb-1", Port: 8080, State: "Running", Reason: "POD_READY", Endpoint: "10.244.0.7:8080"}},
 		{"public only when true", mk(map[string]string{api.ExtensionIngressPublic: "yes", api.ExtensionRenewExtend: "soon"}, running, nil),
