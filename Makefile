@@ -55,6 +55,7 @@ bench: build images ## every performance harness, with the Docker engine (or, on
 	$(GO) run ./bench/perfbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/egressbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/vaultbench -mode $(BENCH) -out bench/results
+	$(GO) run ./bench/ingressbench -mode $(BENCH) -out bench/results
 	$(GO) run ./bench/k8sbench -mode $(BENCH) -out bench/results
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)

@@ -27,8 +27,11 @@
 #   opensandbox/server          FROM scratch + /opensandbox-server
 #                               (bin/opensandbox-server), an empty /tmp, user
 #                               65532: the lifecycle server in a cluster
+#   opensandbox/ingress         FROM scratch + /osb-ingress (bin/osb-ingress)
+#                               and Debian's root certificates, user 65532:
+#                               the ingress gateway
 #
-# The last three are made from the static binaries `make build` leaves in bin/
+# The last four are made from the static binaries `make build` leaves in bin/
 # and carry the binary's SHA-256 as a label: they are rebuilt when the binary
 # changed, which takes about a second.
 #
@@ -161,11 +164,13 @@ busybox_images() {
 	rm -rf "$dir"
 }
 
-# binary_image IMAGE BINARY USER: IMAGE holds only bin/BINARY at /BINARY (its
-# entrypoint) and an empty /tmp, and runs as USER. It is rebuilt when the
+# binary_image IMAGE BINARY USER [FILE...]: IMAGE holds only bin/BINARY at
+# /BINARY (its entrypoint), an empty /tmp and each FILE of this machine at the
+# same path (root certificates), and runs as USER. It is rebuilt when the
 # binary's SHA-256 differs from the one in the image's label.
 binary_image() {
-	local image=$1 name=$2 user=$3 src=$top/bin/$2 sum dir old
+	local image=$1 name=$2 user=$3 src=$top/bin/$2 sum dir old f
+	shift 3
 	[[ -x $src ]] || { log "$src is missing; run make build first"; return 1; }
 	sum=$(sha256sum "$src" | cut -d' ' -f1)
 	if [[ ${FORCE:-0} != 1 ]] &&
@@ -179,6 +184,11 @@ binary_image() {
 	chmod 1777 "$dir/tmp"
 	cp "$src" "$dir/$name"
 	chmod 0755 "$dir/$name"
+	for f in "$@"; do
+		mkdir -p "$dir$(dirname "$f")"
+		cp -L "$f" "$dir$f"
+		chmod 0644 "$dir$f"
+	done
 	tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . | docker import \
 		--change "ENTRYPOINT [\"/$name\"]" \
 		--change "USER $user" \
@@ -254,6 +264,7 @@ main() {
 	binary_image opensandbox/execd:latest execd 0
 	binary_image opensandbox/server:latest opensandbox-server 65532:65532
 	binary_image opensandbox/egress:latest osb-egress 0 /etc/ssl/certs/ca-certificates.crt
+	binary_image opensandbox/ingress:latest osb-ingress 65532:65532 /etc/ssl/certs/ca-certificates.crt
 	docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^opensandbox/' >&2
 }
 
