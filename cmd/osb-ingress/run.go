@@ -66,12 +66,13 @@ type Main struct {
 	LogLevel        string
 
 	source *source
+	keys   keyFile
+	log    *slog.Logger
+	stderr io.Writer
+
 	// renewSource is the source chosen beside source for its renewer
 	// (source.renewVia), or nil.
 	renewSource *source
-	keys        keyFile
-	log    *slog.Logger
-	stderr io.Writer
 
 	// addrs receives each listener's address once it listens (tests).
 	mu    sync.Mutex
