@@ -23,7 +23,7 @@ import (
 // fails or runs without what it asked for.
 
 // serverExtensions are the extension keys the server itself reads.
-var serverExtensions = []string{extPoolRef, extRenewExtend}
+var serverExtensions = []string{extPoolRef, extRenewExtend, extIngressPublic}
 
 // knownExtensions returns the extension keys a create may carry: the
 // server's, the runtime's, and those the operator allows (an entry

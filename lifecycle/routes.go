@@ -43,6 +43,9 @@ func (s *Server) routes() {
 		{"GET", "/sandboxes/{id}/diagnostics/inspect", s.diagnosticInspect},
 		{"GET", "/sandboxes/{id}/diagnostics/summary", s.diagnosticSummary},
 
+		{"GET", "/ingress/targets/{id}/{port}", s.ingressTarget},
+		{"POST", "/ingress/renew/{id}", s.ingressRenew},
+
 		{"GET", "/pools", s.listPools},
 		{"POST", "/pools", s.createPool},
 		{"GET", "/pools/{name}", s.getPool},

@@ -200,10 +200,11 @@ func parseTimestamp(v string) (time.Time, error) {
 }
 
 // getEndpoint answers GET /sandboxes/{id}/endpoints/{port}: how a client
-// reaches the port, either as the runtime says, or through this server's
-// proxy route (use_server_proxy=true) with the runtime endpoint's headers
-// and the sandbox's token. Signed routes (expires) need the ingress
-// gateway, which this server does not have.
+// reaches the port, either as the runtime says, through the ingress
+// gateway ([ingress] mode = "gateway"), or through this server's proxy
+// route (use_server_proxy=true) with the runtime endpoint's headers and
+// the sandbox's token. A signed route (expires) needs the gateway and
+// its signing keys.
 func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	port, ok := parsePort(r.PathValue("port"))
 	if !ok {
@@ -218,16 +219,32 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		useProxy = b
 	}
+	gateway := s.cfg.Ingress.Gateway && !useProxy
+	var expires *time.Time
 	if q.Has("expires") {
 		if useProxy {
 			return invalid(codeInvalidParameter, "expires cannot be combined with use_server_proxy=true")
 		}
-		return invalid(codeAPINotSupported, "signed endpoints (expires) are not supported by this server")
+		if !gateway || s.cfg.Ingress.keys() == nil {
+			return invalid(codeAPINotSupported, "signed endpoints (expires) need the ingress gateway with signing keys ([ingress] mode = \"gateway\" and signing_keys in the server's configuration)")
+		}
+		t, err := parseExpires(q.Get("expires"), s.now())
+		if err != nil {
+			return err
+		}
+		expires = &t
 	}
 	id := sandbox.ID(r.PathValue("id"))
 	ep, err := s.rt.Endpoint(r.Context(), id, port)
 	if err != nil {
 		return err
+	}
+	if gateway {
+		gep, err := s.gatewayEndpoint(id, port, ep, expires)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, gep)
 	}
 	if !useProxy {
 		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})

@@ -96,6 +96,10 @@ type Config struct {
 	// runtime and the manager as their Observer. Default: a Metrics of
 	// the server's own, without what they report.
 	Metrics *Metrics
+	// Ingress says whether endpoints go through an ingress gateway and
+	// how its routes are written; the zero value is direct endpoints.
+	Ingress IngressConfig
+
 	// MetricsPublic serves GET /metrics without the API key. By default
 	// it needs the key, which it also takes as "Authorization: Bearer
 	// KEY", the form Prometheus sends.
@@ -146,7 +150,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("AllowedExtensions entry %q: want a key, or a prefix followed by *", k)
 		}
 	}
-	return nil
+	return c.Ingress.validate()
 }
 
 // Server is the lifecycle HTTP API: sandboxes, snapshots, endpoints,

@@ -23,8 +23,9 @@ import (
 
 // Extension keys the server reads.
 const (
-	extPoolRef     = "poolRef"
-	extRenewExtend = "access.renew.extend.seconds"
+	extPoolRef       = "poolRef"
+	extRenewExtend   = api.ExtensionRenewExtend
+	extIngressPublic = api.ExtensionIngressPublic
 )
 
 // Bounds of extensions[access.renew.extend.seconds], in seconds.
@@ -204,6 +205,9 @@ func (s *Server) specFromRequest(req *api.CreateSandboxRequest, now time.Time) (
 	}
 
 	spec.SecureAccess = req.SecureAccess
+	if req.SecureAccess && req.Extensions[extIngressPublic] == "true" {
+		return spec, invalid(codeInvalidParameter, "secureAccess and extensions[%q] = \"true\" contradict each other: a public sandbox's ports need no token", extIngressPublic)
+	}
 
 	vols, err := s.volumes(req.Volumes)
 	if err != nil {
@@ -232,12 +236,13 @@ func (s *Server) expiryOf(timeout int64, now time.Time) (time.Time, error) {
 
 // checkExtensions checks the extension keys the server knows.
 func checkExtensions(ext map[string]string) error {
-	v, ok := ext[extRenewExtend]
-	if !ok {
-		return nil
+	if v, ok := ext[extRenewExtend]; ok {
+		if _, err := renewExtendOf(v); err != nil {
+			return invalid(codeInvalidParameter, "extensions[%q] %q: %v", extRenewExtend, v, err)
+		}
 	}
-	if _, err := renewExtendOf(v); err != nil {
-		return invalid(codeInvalidParameter, "extensions[%q] %q: %v", extRenewExtend, v, err)
+	if v, ok := ext[extIngressPublic]; ok && v != "true" && v != "false" {
+		return invalid(codeInvalidParameter, "extensions[%q] %q: want \"true\" or \"false\"", extIngressPublic, v)
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ type fileConfig struct {
 	Pools   []poolConfig  `toml:"pools"`
 	// Egress is how sandboxes with a network policy are enforced.
 	Egress sandbox.EgressConfig `toml:"egress"`
+	// Ingress is how clients reach sandbox ports: directly or through a
+	// gateway, which this server may serve itself.
+	Ingress ingressConfig `toml:"ingress"`
 
 	// Notes are the keys of a file in the existing server's format that
 	// have no effect here, logged at start.
@@ -202,10 +205,14 @@ func (c *fileConfig) setDefaults() {
 		c.Runtime.Type = "docker"
 	}
 	c.Egress.SetDefaults()
+	c.Ingress.setDefaults()
 }
 
 func (c *fileConfig) validate() error {
 	if err := c.Egress.Validate(); err != nil {
+		return err
+	}
+	if err := c.Ingress.validate(); err != nil {
 		return err
 	}
 	s := &c.Server
@@ -347,6 +354,45 @@ log_format = "text"
 # OPEN-SANDBOX-API-KEY or as "Authorization: Bearer KEY". false serves
 # it to anyone who reaches the listen address.
 metrics_auth = true
+
+[ingress]
+# How clients reach the ports of sandboxes (docs/ingress.md).
+#   "direct":  the runtime's own endpoints (on Docker: ports published on
+#              bind_ip, reached through execd's forwarder).
+#   "gateway": one address in front of every sandbox's ports, the ingress
+#              gateway: osb-ingress, or this server itself on "listen".
+#              Every request needs the sandbox's access token, which the
+#              endpoint API hands out, or a signed link (expires).
+mode = "direct"
+# How a gateway endpoint names the sandbox and port:
+#   "header":   address + header OpenSandbox-Ingress-To: {id}-{port} (SDKs)
+#   "uri":      address/{id}/{port}/... (a browser opens a signed link;
+#               the app must accept being served under that path)
+#   "wildcard": {id}-{port}.{domain} (needs wildcard DNS to the gateway)
+route_mode = "header"
+# The gateway's host[:port] as clients reach it (header and uri modes).
+# Default: listen, when it names a host.
+address = ""
+# wildcard mode: the domain whose subdomains reach the gateway.
+domain = ""
+# Signing keys "ID:BASE64": the first signs access tokens and links, all
+# verify, so a key rotates by putting a new one first and removing the old
+# one once its links have expired. Make one with
+#   opensandbox-server gen-signing-key --id a
+# Or keep them in signing_keys_file, one a line, read again when it changes.
+signing_keys = []
+signing_keys_file = ""
+# Serve the gateway in this server on a second listener, and with TLS.
+listen = ""
+tls_cert = ""
+tls_key = ""
+#
+# One machine, links a browser opens: set
+#   mode = "gateway"
+#   route_mode = "uri"
+#   listen = "127.0.0.1:8081"
+#   signing_keys = ["a:..."]   # from opensandbox-server gen-signing-key
+# then "osb sandbox endpoint ID PORT --expires 1h" prints such a link.
 
 `
 

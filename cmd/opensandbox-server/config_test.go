@@ -1,8 +1,16 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -228,4 +237,172 @@ func TestExampleNetworkDefaults(t *testing.T) {
 			t.Errorf("%s example: blocked_cidrs = %q, the default is %q", rt, blocked, sandbox.DefaultBlockedCIDRs)
 		}
 	}
+}
+
+// TestIngressConfig: [ingress] keys, their defaults, and an error naming
+// the key for each way they cannot work.
+func TestIngressConfig(t *testing.T) {
+	head := "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\n[ingress]\n"
+	keyA, err := ingress.GenerateKey('a')
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyB, _ := ingress.GenerateKey('b')
+	keyFile := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keyFile, []byte("# signing first\n"+keyB+"\n\n"+keyA+"\n"), 0o600)
+	emptyFile := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(emptyFile, []byte("# none yet\n"), 0o600)
+	certFile, keyPEM := writeTestCert(t)
+
+	ok := []struct {
+		name, text string
+		check      func(c *ingressConfig) bool
+	}{
+		{"defaults", "", func(c *ingressConfig) bool { return c.Mode == "direct" && c.RouteMode == "header" && c.keys == nil }},
+		{"header", `mode = "gateway"` + "\naddress = \"gw.example.test:8443\"\nsigning_keys = [\"" + keyA + "\"]\n",
+			func(c *ingressConfig) bool { return c.Address == "gw.example.test:8443" && c.keys.IDs() == "a" }},
+		{"address from listen", `mode = "gateway"` + "\nroute_mode = \"uri\"\nlisten = \"127.0.0.1:8081\"\n",
+			func(c *ingressConfig) bool { return c.Address == "127.0.0.1:8081" }},
+		{"wildcard domain", `mode = "gateway"` + "\nroute_mode = \"wildcard\"\ndomain = \"*.sb.example.test\"\nlisten = \":8081\"\n",
+			func(c *ingressConfig) bool { return c.Domain == "sb.example.test" && c.Address == "" }},
+		{"key file", `mode = "gateway"` + "\naddress = \"gw\"\nsigning_keys_file = \"" + keyFile + "\"\n",
+			func(c *ingressConfig) bool { return c.keys.IDs() == "ba" }},
+		{"keys without a gateway sign nothing but are checked", "signing_keys = [\"" + keyA + "\"]\n",
+			func(c *ingressConfig) bool { return c.Mode == "direct" }},
+		{"tls", `mode = "gateway"` + "\nlisten = \"127.0.0.1:8443\"\ntls_cert = \"" + certFile + "\"\ntls_key = \"" + keyPEM + "\"\n",
+			func(c *ingressConfig) bool { return c.TLSCert != "" }},
+	}
+	for _, tt := range ok {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(writeConfig(t, head+tt.text), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(&cfg.Ingress) {
+				t.Fatalf("ingress %+v", cfg.Ingress)
+			}
+		})
+	}
+
+	bad := []struct{ name, text, want string }{
+		{"bad mode", `mode = "tunnel"`, "ingress.mode"},
+		{"listen without a gateway", `listen = "127.0.0.1:8081"`, "ingress.listen"},
+		{"address without a gateway", `address = "gw"`, "ingress.address"},
+		{"bad route mode", "mode = \"gateway\"\naddress = \"gw\"\nroute_mode = \"path\"", "ingress.route_mode"},
+		{"no address", `mode = "gateway"`, "ingress.address"},
+		{"address with a scheme", "mode = \"gateway\"\naddress = \"https://gw\"", "ingress.address"},
+		{"address with a path", "mode = \"gateway\"\naddress = \"gw/x\"", "ingress.address"},
+		{"no domain", "mode = \"gateway\"\nroute_mode = \"wildcard\"", "ingress.domain"},
+		{"listen on every address, no address", "mode = \"gateway\"\nlisten = \"0.0.0.0:8081\"", "ingress.address"},
+		{"bad listen", "mode = \"gateway\"\naddress = \"gw\"\nlisten = \"8081\"", "ingress.listen"},
+		{"bad key", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys = [\"a:c2hvcnQ=\"]", "ingress.signing_keys[0]"},
+		{"key without id", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys = [\"c2hvcnQ=\"]", "ingress.signing_keys[0]"},
+		{"one id twice", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys = [\"" + keyA + "\", \"" + keyA + "\"]", "ingress.signing_keys"},
+		{"keys twice", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys = [\"" + keyA + "\"]\nsigning_keys_file = \"" + keyFile + "\"", "ingress.signing_keys_file"},
+		{"missing key file", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys_file = \"/nonexistent/keys\"", "ingress.signing_keys_file"},
+		{"empty key file", "mode = \"gateway\"\naddress = \"gw\"\nsigning_keys_file = \"" + emptyFile + "\"", "ingress.signing_keys_file"},
+		{"cert without key", "mode = \"gateway\"\nlisten = \"127.0.0.1:8443\"\ntls_cert = \"" + certFile + "\"", "ingress.tls_key"},
+		{"tls without listen", "mode = \"gateway\"\naddress = \"gw\"\ntls_cert = \"" + certFile + "\"\ntls_key = \"" + keyPEM + "\"", "ingress.listen"},
+		{"unreadable cert", "mode = \"gateway\"\nlisten = \"127.0.0.1:8443\"\ntls_cert = \"/nonexistent\"\ntls_key = \"" + keyPEM + "\"", "ingress.tls_cert"},
+		{"unknown key", "mode = \"gateway\"\naddress = \"gw\"\nroute = \"uri\"", "unknown keys: ingress.route"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadConfig(writeConfig(t, head+tt.text+"\n"), false)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("loadConfig: %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestExampleGatewayHint: the one-machine gateway the example describes
+// loads once its lines are set as the comment says.
+func TestExampleGatewayHint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandbox.toml")
+	if err := writeExample(path, "docker", false); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ingress.GenerateKey('a')
+	text, _ := os.ReadFile(path)
+	s := string(text)
+	for old, repl := range map[string]string{
+		`mode = "direct"`:       `mode = "gateway"`,
+		`route_mode = "header"`: `route_mode = "uri"`,
+		`listen = ""`:           `listen = "127.0.0.1:8081"`,
+		`signing_keys = []`:     `signing_keys = ["` + key + `"]`,
+	} {
+		if !strings.Contains(s, "\n"+old+"\n") {
+			t.Fatalf("the example has no line %s", old)
+		}
+		s = strings.Replace(s, "\n"+old+"\n", "\n"+repl+"\n", 1)
+	}
+	os.WriteFile(path, []byte(s), 0o600)
+	cfg, err := loadConfig(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := cfg.Ingress; in.Mode != "gateway" || in.Address != "127.0.0.1:8081" || in.keys.IDs() != "a" {
+		t.Fatalf("ingress %+v", in)
+	}
+}
+
+func TestGenSigningKey(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		cmd := newRootCommand()
+		var out strings.Builder
+		cmd.SetOut(&out)
+		cmd.SetArgs(args)
+		err := cmd.Execute()
+		return strings.TrimSpace(out.String()), err
+	}
+	a, err := run("gen-signing-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ingress.ParseKey(a)
+	if err != nil || k.ID != 'a' {
+		t.Fatalf("gen-signing-key printed %q: %v", a, err)
+	}
+	b, err := run("gen-signing-key", "--id", "7")
+	if err != nil || !strings.HasPrefix(b, "7:") || b[2:] == a[2:] {
+		t.Fatalf("--id 7: %q %v", b, err)
+	}
+	for _, id := range []string{"A", "ab", "", "-"} {
+		if _, err := run("gen-signing-key", "--id", id); err == nil {
+			t.Errorf("--id %q accepted", id)
+		}
+	}
+}
+
+// writeTestCert writes a self-signed certificate for 127.0.0.1 and its
+// key, and returns their paths.
+func writeTestCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	return certFile, keyFile
 }

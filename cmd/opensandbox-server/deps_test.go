@@ -16,5 +16,6 @@ func TestDeps(t *testing.T) {
 		"sandbox":      "the domain types it hands between them",
 		"api/...":      "the wire types",
 		"egress":       "the policy model the lifecycle server checks network policies with (not the enforcer's subpackages)",
+		"ingress":      "the signing keys, and the gateway it serves in-process on [ingress] listen",
 	}}.Check(t)
 }

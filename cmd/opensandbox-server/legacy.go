@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/runtime/docker"
 )
 
@@ -96,9 +97,20 @@ type legacyConfig struct {
 		IngressEnabled bool   `toml:"ingress_enabled"`
 	} `toml:"agent_sandbox"`
 	Ingress struct {
-		Mode         string         `toml:"mode"`
-		Gateway      map[string]any `toml:"gateway"`
-		SecureAccess map[string]any `toml:"secure_access"`
+		Mode    string `toml:"mode"`
+		Gateway struct {
+			Address string `toml:"address"`
+			Route   struct {
+				Mode string `toml:"mode"`
+			} `toml:"route"`
+		} `toml:"gateway"`
+		SecureAccess struct {
+			ActiveKey string `toml:"active_key"`
+			Keys      []struct {
+				KeyID string `toml:"key_id"`
+				Key   string `toml:"key"`
+			} `toml:"keys"`
+		} `toml:"secure_access"`
 	} `toml:"ingress"`
 	Egress struct {
 		Image       string `toml:"image"`
@@ -144,9 +156,9 @@ func isLegacy(data []byte) bool {
 }
 
 // readWhole reports whether k lies in a table that is read whole, with
-// no effect here: [store], and ingress.gateway and ingress.secure_access.
+// no effect here: [store].
 func readWhole(k toml.Key) bool {
-	return k[0] == "store" || (len(k) > 1 && k[0] == "ingress" && (k[1] == "gateway" || k[1] == "secure_access"))
+	return k[0] == "store"
 }
 
 // configNote says why a key of the existing server's format has no effect
@@ -168,7 +180,7 @@ var noEffect = map[string]string{
 	"log.access_file_path":                            "this server logs to standard error; send it to a file with the service manager (systemd, docker logs)",
 	"log.file_max_bytes":                              "this server logs to standard error; the service manager rotates its log",
 	"log.file_backup_count":                           "this server logs to standard error; the service manager rotates its log",
-	"renew_intent":                                    "renew-on-access is not offered; clients renew a sandbox with POST /v1/sandboxes/{id}/renew-expiration",
+	"renew_intent":                                    "renew-on-access needs neither a switch nor Redis here: traffic through this server's proxy route or the ingress gateway renews sandboxes created with extensions access.renew.extend.seconds",
 	"storage.volume_default_size":                     "this server makes no PVCs of its own; a pvc volume names an existing claim",
 	"storage.ossfs_mount_root":                        "ossfs volumes are not supported by this server",
 	"docker.api_timeout":                              "each engine operation has its own bound (runtime.docker.start_timeout, pull_timeout)",
@@ -184,8 +196,6 @@ var noEffect = map[string]string{
 	"kubernetes.sandbox_create_poll_interval_seconds": "this server watches pods instead of polling them",
 	"kubernetes.execd_init_resources":                 "the init container that copies execd has fixed, small requests",
 	"agent_sandbox":                                   "this server runs each sandbox as a plain Pod (no agent-sandbox resources)",
-	"ingress.gateway":                                 "gateway ingress is not offered; endpoints are direct or go through this server's proxy (use_server_proxy)",
-	"ingress.secure_access":                           "signed gateway routes are not offered; endpoints carry their own access headers",
 	"egress.image":                                    "that image is the existing server's egress sidecar; this server starts its own osb-egress (egress.image, default opensandbox/egress:latest)",
 	"egress.disable_ipv6":                             "IPv6 follows egress.mode here (docs/egress.md): stopped in strict, filtered like IPv4 in dns+nft, not stopped in dns",
 	"podman":                                          "this server has no Podman runtime",
@@ -378,13 +388,9 @@ func convertLegacy(data []byte, apiKey string) (string, []configNote, error) {
 		e.set("server", "host_volume_allowlist", lc.Storage.AllowedHostPaths)
 	}
 
-	switch lc.Ingress.Mode {
-	case "", "direct", "gateway":
-	default:
-		return "", nil, fmt.Errorf("ingress.mode: %q is not direct or gateway", lc.Ingress.Mode)
-	}
-	if lc.Ingress.Mode == "gateway" {
-		notes = append(notes, configNote{Key: "ingress.mode", Why: "gateway ingress is not offered; endpoints are direct or go through this server's proxy (use_server_proxy)"})
+	notes, err = convertLegacyIngress(&lc, md, e, notes)
+	if err != nil {
+		return "", nil, err
 	}
 	switch lc.Egress.Mode {
 	case "":
@@ -410,6 +416,68 @@ func convertLegacy(data []byte, apiKey string) (string, []configNote, error) {
 		return "", nil, e.err
 	}
 	return legacyHeader(notes) + e.text, notes, nil
+}
+
+// convertLegacyIngress maps [ingress]: the gateway's address and route
+// mode, and the secure-access keys, the active one first. The keys carry
+// over, but not the links the existing server signed: its signatures
+// are of another form.
+func convertLegacyIngress(lc *legacyConfig, md toml.MetaData, e *exampleEdit, notes []configNote) ([]configNote, error) {
+	in := &lc.Ingress
+	switch in.Mode {
+	case "", ingressDirect:
+		if md.IsDefined("ingress", "gateway") {
+			return nil, errors.New("ingress.gateway: set, but ingress.mode is not \"gateway\"")
+		}
+	case ingressGateway:
+		e.set("ingress", "mode", ingressGateway)
+		addr, route := in.Gateway.Address, in.Gateway.Route.Mode
+		switch route {
+		case "wildcard":
+			domain, ok := strings.CutPrefix(addr, "*.")
+			if !ok {
+				return nil, fmt.Errorf("ingress.gateway.address %q: a wildcard domain (*.example.com) with route.mode = \"wildcard\"", addr)
+			}
+			e.set("ingress", "domain", domain)
+		case "header", "uri":
+			if addr == "" {
+				return nil, fmt.Errorf("ingress.gateway.address: required with route.mode = %q", route)
+			}
+			e.set("ingress", "address", addr)
+		default:
+			return nil, fmt.Errorf("ingress.gateway.route.mode: %q is not wildcard, header or uri", route)
+		}
+		e.set("ingress", "route_mode", route)
+	default:
+		return nil, fmt.Errorf("ingress.mode: %q is not direct or gateway", in.Mode)
+	}
+	sa := &in.SecureAccess
+	if len(sa.Keys) == 0 {
+		if sa.ActiveKey != "" {
+			return nil, errors.New("ingress.secure_access.active_key: set, but ingress.secure_access.keys is empty")
+		}
+		return notes, nil
+	}
+	var active string
+	var rest []string
+	for i, k := range sa.Keys {
+		spec := k.KeyID + ":" + k.Key
+		if _, err := ingress.ParseKey(spec); err != nil {
+			return nil, fmt.Errorf("ingress.secure_access.keys[%d]: %v (this server needs secrets of at least 32 bytes: make keys with opensandbox-server gen-signing-key)", i, err)
+		}
+		if k.KeyID == sa.ActiveKey && active == "" {
+			active = spec
+		} else {
+			rest = append(rest, spec)
+		}
+	}
+	if active == "" {
+		return nil, fmt.Errorf("ingress.secure_access.active_key %q: no key of ingress.secure_access.keys has that key_id", sa.ActiveKey)
+	}
+	e.set("ingress", "signing_keys", append([]string{active}, rest...))
+	notes = append(notes, configNote{Key: "ingress.secure_access.keys",
+		Why: "the keys carry over as ingress.signing_keys (the active one first), but links the existing server signed do not verify here: its signatures are of another form; clients get new ones from the endpoint API"})
+	return notes, nil
 }
 
 func convertLegacyDocker(lc *legacyConfig, md toml.MetaData, e *exampleEdit, notes []configNote) ([]configNote, error) {

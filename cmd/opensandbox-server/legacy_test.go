@@ -100,6 +100,13 @@ func TestLegacyExampleKubernetes(t *testing.T) {
 	}
 }
 
+// Secrets of 32 bytes, base64, for the secure-access keys of the
+// existing server's format.
+const (
+	legacySecretA = "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="
+	legacySecretB = "YmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmI="
+)
+
 // TestLegacyMapping: one key (or a few) at a time, what it becomes, what
 // note it gives, or the error that names it.
 func TestLegacyMapping(t *testing.T) {
@@ -146,8 +153,22 @@ func TestLegacyMapping(t *testing.T) {
 			}},
 		{name: "docker keys on kubernetes", file: "[server]\nport = 1\n" + key + "[runtime]\ntype = \"kubernetes\"\n[docker]\npids_limit = 5\n",
 			note: "docker.pids_limit"},
-		{name: "gateway ingress", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\n[ingress.gateway]\naddress = \"*.example.com\"\nroute.mode = \"wildcard\"\n",
-			note: "ingress.gateway.route.mode"},
+		{name: "gateway ingress, wildcard", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\n[ingress.gateway]\naddress = \"*.example.com\"\nroute.mode = \"wildcard\"\n",
+			check: func(c *fileConfig) bool {
+				in := c.Ingress
+				return in.Mode == "gateway" && in.RouteMode == "wildcard" && in.Domain == "example.com" && in.Address == "" && in.keys == nil
+			}},
+		{name: "gateway ingress, header", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"gw.example.com:8443\"\ngateway.route.mode = \"header\"\n",
+			check: func(c *fileConfig) bool {
+				return c.Ingress.Mode == "gateway" && c.Ingress.RouteMode == "header" && c.Ingress.Address == "gw.example.com:8443"
+			}},
+		{name: "secure access keys, the active one first", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"gw.example.com\"\ngateway.route.mode = \"uri\"\n" +
+			"[ingress.secure_access]\nactive_key = \"b\"\nkeys = [{key_id = \"a\", key = \"" + legacySecretA + "\"}, {key_id = \"b\", key = \"" + legacySecretB + "\"}]\n",
+			check: func(c *fileConfig) bool {
+				return c.Ingress.RouteMode == "uri" && c.Ingress.keys.IDs() == "ba" &&
+					slices.Equal(c.Ingress.SigningKeys, []string{"b:" + legacySecretB, "a:" + legacySecretA})
+			},
+			note: "ingress.secure_access.keys"},
 		{name: "store", file: "[server]\nport = 1\n" + key + "[store]\ntype = \"sqlite\"\npath = \"/var/lib/x.db\"\n",
 			note: "store.path"},
 		{name: "only a legacy-only table", file: "[docker]\npids_limit = 100\n[server]\n" + key,
@@ -175,6 +196,11 @@ func TestLegacyMapping(t *testing.T) {
 		{name: "secure runtime without its runtime", file: "[server]\nport = 1\n" + key + "[secure_runtime]\ntype = \"gvisor\"\n", err: "secure_runtime.type"},
 		{name: "firecracker on docker", file: "[server]\nport = 1\n" + key + "[secure_runtime]\ntype = \"firecracker\"\nk8s_runtime_class = \"kata-fc\"\n", err: "firecracker"},
 		{name: "bad ingress mode", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"tunnel\"\n", err: "ingress.mode"},
+		{name: "bad route mode", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"gw\"\ngateway.route.mode = \"path\"\n", err: "ingress.gateway.route.mode"},
+		{name: "wildcard without a wildcard domain", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"example.com\"\ngateway.route.mode = \"wildcard\"\n", err: "ingress.gateway.address"},
+		{name: "gateway address with a scheme", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"https://gw\"\ngateway.route.mode = \"header\"\n", err: "ingress.address"},
+		{name: "a short secure access key", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"gw\"\ngateway.route.mode = \"header\"\n[ingress.secure_access]\nactive_key = \"a\"\nkeys = [{key_id = \"a\", key = \"c2hvcnQ=\"}]\n", err: "ingress.secure_access.keys[0]"},
+		{name: "no active key", file: "[server]\nport = 1\n" + key + "[ingress]\nmode = \"gateway\"\ngateway.address = \"gw\"\ngateway.route.mode = \"header\"\n[ingress.secure_access]\nactive_key = \"z\"\nkeys = [{key_id = \"a\", key = \"" + legacySecretA + "\"}]\n", err: "ingress.secure_access.active_key"},
 		{name: "bad egress mode", file: "[server]\nport = 1\n" + key + "[egress]\nmode = \"nft\"\n", err: "egress.mode"},
 		{name: "a version key means this server's format", file: "version = 1\n[server]\nport = 1\n" + key, err: "unknown keys: server.port"},
 	}

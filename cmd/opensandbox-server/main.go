@@ -6,6 +6,7 @@
 //	opensandbox-server init-config PATH --example docker
 //	opensandbox-server init-config PATH --from OLD.toml   convert the existing server's format
 //	opensandbox-server gen-key
+//	opensandbox-server gen-signing-key [--id a]
 package main
 
 import (
@@ -16,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/opensandbox/opensandbox/ingress"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -90,6 +93,29 @@ The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
 			fmt.Fprintln(cmd.OutOrStdout(), genKey())
 		},
 	}
+	var keyID string
+	genSigningKeyCmd := &cobra.Command{
+		Use:   "gen-signing-key",
+		Short: "Print a new ingress signing key (ID:BASE64) for [ingress] signing_keys",
+		Long: `gen-signing-key prints a new key for the ingress gateway's access tokens
+and signed links, in the "ID:BASE64" form [ingress] signing_keys and
+osb-ingress take. The first key of the list signs and every key verifies:
+to rotate, put a new key (with another id) first, and remove the old one
+once the links it signed have expired.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(keyID) != 1 {
+				return fmt.Errorf("--id %q: a key id is one character, 0-9 or a-z", keyID)
+			}
+			k, err := ingress.GenerateKey(keyID[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), k)
+			return nil
+		},
+	}
+	genSigningKeyCmd.Flags().StringVar(&keyID, "id", "a", "the key's id: one character, 0-9 or a-z")
 	versionCmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the server's version",
@@ -98,6 +124,6 @@ The configuration is read from --config, else $SANDBOX_CONFIG_PATH, else
 			fmt.Fprintln(cmd.OutOrStdout(), "opensandbox-server", version)
 		},
 	}
-	root.AddCommand(initConfig, genKeyCmd, versionCmd)
+	root.AddCommand(initConfig, genKeyCmd, genSigningKeyCmd, versionCmd)
 	return root
 }

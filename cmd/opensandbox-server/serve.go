@@ -119,6 +119,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:              metrics,
 		MetricsPublic:        cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
 		Egress:               egress,
+		Ingress:              cfg.Ingress.lifecycle(),
 	})
 	if err != nil {
 		return err
