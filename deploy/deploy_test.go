@@ -327,7 +327,7 @@ func compareDeployments(t *testing.T, key string, got, want object) {
 		t.Fatalf("%s: chart %d containers, base %d", key, len(gc), len(wc))
 	}
 	for i := range wc {
-		for _, f := range []string{"name", "image", "imagePullPolicy", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext", "volumeMounts"} {
+		for _, f := range []string{"name", "image", "imagePullPolicy", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext", "volumeMounts", "lifecycle"} {
 			if g, w := get(gc[i], f), get(wc[i], f); !reflect.DeepEqual(g, w) {
 				t.Errorf("%s container %d %s:\nchart %v\nbase  %v", key, i, f, g, w)
 			}

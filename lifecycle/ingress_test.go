@@ -94,6 +94,12 @@ func TestGatewayEndpoints(t *testing.T) {
 	if ep.Headers[api.HeaderEgressAuth] != "egress-token" || ep.Headers[api.HeaderIngressTo] != id+"-18080" {
 		t.Errorf("egress port through the gateway: %v", ep.Headers)
 	}
+	// execd's own port keeps execd's token, as a direct endpoint does: a
+	// gateway that reads pods only (Kubernetes) cannot add it.
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+strconv.Itoa(api.ExecdPort), "").wantStatus(t, 200).decode(t, &ep)
+	if tok := ep.Headers[sandbox.HeaderExecdToken]; tok == "" || tok != rt.Token(sandbox.ID(id)) || ep.Headers[api.HeaderIngressTo] != id+"-"+strconv.Itoa(api.ExecdPort) {
+		t.Errorf("execd's port through the gateway: %v", ep.Headers)
+	}
 }
 
 // TestGatewayEndpointWithoutKeys: a gateway without signing keys gets
