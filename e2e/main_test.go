@@ -15,9 +15,9 @@ import (
 	"github.com/opensandbox/opensandbox/api"
 )
 
-// execdBin, serverBin and osbBin are the binaries built once for the
-// whole package, side by side, as make build lays them out.
-var execdBin, serverBin, osbBin string
+// execdBin, serverBin, osbBin and ingressBin are the binaries built once
+// for the whole package, side by side, as make build lays them out.
+var execdBin, serverBin, osbBin, ingressBin string
 
 // execdPort is execd's port as paths and arguments spell it.
 var execdPort = strconv.Itoa(api.ExecdPort)
@@ -38,7 +38,8 @@ func run(m *testing.M) int {
 	execdBin = filepath.Join(dir, "execd")
 	serverBin = filepath.Join(dir, "opensandbox-server")
 	osbBin = filepath.Join(dir, "osb")
-	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server", "./cmd/osb")
+	ingressBin = filepath.Join(dir, "osb-ingress")
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/execd", "./cmd/opensandbox-server", "./cmd/osb", "./cmd/osb-ingress")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
