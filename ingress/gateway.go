@@ -38,7 +38,7 @@ type Config struct {
 	// 60s.
 	RenewEvery time.Duration
 	// Domain makes "{route}.{Domain}" hosts subdomain routes; "" turns
-	// subdomain routes off.
+	// subdomain routes off. A port and a leading "*." are ignored.
 	Domain string
 	// Logger receives the access log (Info) and errors; default discard.
 	Logger *slog.Logger
@@ -119,7 +119,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = DefaultTransport
 	}
-	cfg.Domain = strings.Trim(strings.ToLower(cfg.Domain), ".")
+	cfg.Domain = normalizeDomain(cfg.Domain)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -146,6 +146,17 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.health = g.newHealth()
 	return g, nil
+}
+
+// normalizeDomain reads "*.example.com", "example.com." and
+// "example.com:8443" all as "example.com": routes are matched on the
+// host without its port.
+func normalizeDomain(d string) string {
+	d = strings.TrimPrefix(strings.TrimSpace(strings.ToLower(d)), "*.")
+	if h, _, err := net.SplitHostPort(d); err == nil {
+		d = h
+	}
+	return strings.Trim(d, ".")
 }
 
 // Keys of the gateway's log attributes.
@@ -232,6 +243,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.route = rt
+	if rt.Mode == ModePath && rt.Path == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		// A browser opening ".../{port}" or ".../{signature}" would
+		// resolve the page's relative links one level up, outside the
+		// route: send it to the same route with a slash.
+		loc := r.URL.EscapedPath() + "/"
+		if r.URL.RawQuery != "" {
+			loc += "?" + r.URL.RawQuery
+		}
+		http.Redirect(rw, r, loc, http.StatusTemporaryRedirect)
+		return
+	}
 
 	keys := g.cfg.Keys()
 	token := r.Header.Get(api.HeaderSecureAccess)

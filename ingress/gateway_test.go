@@ -326,9 +326,8 @@ func TestGatewayRouteForms(t *testing.T) {
 		{"subdomain", sbRunning + "-8080." + domain, "/sub?x=1&y=2", []string{api.HeaderSecureAccess, tok}, "/sub"},
 		{"subdomain signed", signedSub + "." + domain, "/sub?x=1&y=2", nil, "/sub"},
 		{"path", "", "/" + sbRunning + "/8080/p/q?x=1&y=2", []string{api.HeaderSecureAccess, tok}, "/p/q"},
-		{"path bare", "", "/" + sbRunning + "/8080?x=1&y=2", []string{api.HeaderSecureAccess, tok}, "/"},
 		{"path signed", "", "/" + sbRunning + "/8080/" + expB36 + "/" + sig + "/p?x=1&y=2", nil, "/p"},
-		{"path signed bare", "", "/" + sbRunning + "/8080/" + expB36 + "/" + sig + "?x=1&y=2", nil, "/"},
+		{"path signed slash", "", "/" + sbRunning + "/8080/" + expB36 + "/" + sig + "/?x=1&y=2", nil, "/"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp := f.do(http.MethodPost, c.host, c.path, strings.NewReader("body"), c.headers...)
@@ -353,10 +352,41 @@ func TestGatewayRouteForms(t *testing.T) {
 		})
 	}
 
+	t.Run("bare path route redirects to its slash", func(t *testing.T) {
+		noFollow := *f.srv.Client()
+		noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		for _, p := range []string{"/" + sbRunning + "/8080", "/" + sbRunning + "/8080/" + expB36 + "/" + sig} {
+			resp, err := noFollow.Get(f.srv.URL + p + "?x=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != p+"/?x=1" {
+				t.Fatalf("%s: %d Location %q", p, resp.StatusCode, resp.Header.Get("Location"))
+			}
+		}
+		// A client that follows it reaches the app's root.
+		e := readEcho(t, f.do(http.MethodGet, "", "/"+sbRunning+"/8080/"+expB36+"/"+sig, nil))
+		if e.Path != "/" {
+			t.Fatalf("after the redirect: %q", e.Path)
+		}
+		// Other methods are forwarded to the root at once.
+		e = readEcho(t, f.do(http.MethodPost, "", "/"+sbRunning+"/8080", strings.NewReader("b"), api.HeaderSecureAccess, tok))
+		if e.Path != "/" || e.Body != "b" {
+			t.Fatalf("POST to the bare route reached %q with %q", e.Path, e.Body)
+		}
+	})
 	t.Run("escaped path passes as sent", func(t *testing.T) {
 		e := readEcho(t, f.do(http.MethodGet, "", "/"+sbRunning+"/8080/a%2Fb//c", nil, api.HeaderSecureAccess, tok))
 		if e.Path != "/a/b//c" || e.RawPath != "/a%2Fb//c" {
 			t.Fatalf("backend path %q raw %q", e.Path, e.RawPath)
+		}
+	})
+	t.Run("domain with a port and a wildcard", func(t *testing.T) {
+		f := newFixture(t, func(c *Config) { c.Domain = "*." + domain + ":8443" })
+		e := readEcho(t, f.do(http.MethodGet, sbPublic+"-3000."+domain+":8443", "/y", nil))
+		if e.Path != "/prefix/y" {
+			t.Fatalf("backend path %q", e.Path)
 		}
 	})
 	t.Run("public sandbox needs nothing, prefix kept", func(t *testing.T) {

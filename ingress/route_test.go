@@ -223,3 +223,42 @@ func fuzzRequest(host, rawPath string, headers http.Header) *http.Request {
 	}
 	return r
 }
+
+// BenchmarkParseRoute: the per-request cost of finding the route, and
+// of checking its credentials.
+func BenchmarkParseRoute(b *testing.B) {
+	keys, err := ParseKeys([]string{"k:" + strings.Repeat("QUJD", 11)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	signed, _ := keys.SignedRoute(testID, 8080, exp, DNSLabelMax)
+	tok, _ := keys.AccessToken(testID)
+	cases := []struct {
+		name string
+		r    *http.Request
+	}{
+		{"header", routeRequest(b, "gw.test", "/a/b", api.HeaderIngressTo, testID+"-8080", api.HeaderSecureAccess, tok)},
+		{"subdomain-signed", routeRequest(b, signed+".sb.test", "/a/b")},
+		{"path", routeRequest(b, "gw.test", "/"+testID+"/8080/a/b", api.HeaderSecureAccess, tok)},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rt, err := ParseRoute(c.r, "sb.test")
+				if err != nil || rt.SandboxID != testID || rt.Port != 8080 {
+					b.Fatalf("ParseRoute = %+v, %v", rt, err)
+				}
+				if rt.Signed() {
+					err = keys.Verify(rt.SandboxID, rt.Port, rt.Expires, rt.Signature, time.Now())
+				} else if !keys.CheckAccessToken(rt.SandboxID, c.r.Header.Get(api.HeaderSecureAccess)) {
+					err = ErrBadSignature
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,7 +68,7 @@ func (ts *targetServer) auth(w http.ResponseWriter, r *http.Request) bool {
 	ts.mu.Unlock()
 	if broken {
 		w.WriteHeader(http.StatusInternalServerError)
-		io.WriteString(w, `{"code":"GENERAL::UNKNOWN_ERROR","message":"boom"}`)
+		json.NewEncoder(w).Encode(api.ErrorResponse{Code: api.CodeSandboxUnknownError, Message: "boom"})
 		return false
 	}
 	if r.Header.Get(api.HeaderAPIKey) != ts.key {

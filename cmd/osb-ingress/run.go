@@ -68,15 +68,10 @@ type Main struct {
 	source *source
 	keys   keyFile
 	log    *slog.Logger
-	stderr io.Writer
 
 	// renewSource is the source chosen beside source for its renewer
 	// (source.renewVia), or nil.
 	renewSource *source
-
-	// addrs receives each listener's address once it listens (tests).
-	mu    sync.Mutex
-	addrs map[string]string
 }
 
 // Defaults of the flags.
@@ -88,12 +83,11 @@ const (
 // NewMain returns a program with the defaults.
 func NewMain() *Main {
 	return &Main{Listen: defaultListen, ReloadEvery: defaultReloadEvery, RenewEvery: ingress.DefaultRenewEvery,
-		LogLevel: "info", stderr: os.Stderr, addrs: map[string]string{}}
+		LogLevel: "info"}
 }
 
 // ParseFlags reads the command line; getenv gives the environment.
 func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.Writer) error {
-	m.stderr = stderr
 	fs := flag.NewFlagSet("osb-ingress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	version := fs.Bool("version", false, "print the version and exit")
@@ -276,11 +270,8 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// listening logs a listener's address.
+// listening logs a listener's address (tests read it there).
 func (m *Main) listening(name, addr string, tls bool) {
-	m.mu.Lock()
-	m.addrs[name] = addr
-	m.mu.Unlock()
 	m.log.Info("listening", "listener", name, "addr", addr, "tls", tls)
 }
 
