@@ -66,9 +66,18 @@ inline tables.
 {{- end -}}
 {{- end -}}
 
-{{/* The keys of a map as TOML lines, sorted. */}}
+{{/*
+The keys of a map as TOML lines, sorted. The tables of strings a pool
+holds (env, resource_limits) take their values as strings, however YAML
+typed them (cpu: 1).
+*/}}
 {{- define "opensandbox.tomlTable" -}}
 {{- range $k := keys . | sortAlpha }}
-{{ $k }} = {{ include "opensandbox.toml" (get $ $k) }}
+{{- $v := get $ $k }}
+{{- if and (has $k (list "env" "resource_limits")) (kindIs "map" $v) }}
+{{ $k }} = { {{- range $i, $mk := keys $v | sortAlpha }}{{ if $i }},{{ end }} {{ toJson $mk }} = {{ include "opensandbox.toml" (toString (get $v $mk)) }}{{ end }} }
+{{- else }}
+{{ $k }} = {{ include "opensandbox.toml" $v }}
+{{- end }}
 {{- end -}}
 {{- end -}}
