@@ -146,10 +146,10 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		// until the Service forgets the pod.
 		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
 		pods = k.readyPods(t, ns, "opensandbox-ingress", 2)
-		if pods[1].name == survivor.name {
-			pods[0], pods[1] = pods[1], pods[0]
-		}
 		victim := pods[0]
+		if victim.name == survivor.name {
+			victim = pods[1]
+		}
 		loop = st.traffic(ctx, map[string]string{"service": st.url, survivor.name: "http://" + survivor.ip + ":8090/"})
 		time.Sleep(2 * time.Second)
 		killed = time.Now()
