@@ -252,9 +252,10 @@ func TestRenewOnAccessLandsOnce(t *testing.T) {
 
 	const rounds = 6
 	for round := range rounds {
-		// Each round asks for a later expiry than the one before by more
-		// than the slack, so each round has one write to make.
-		n := time.Duration(20+2*round) * time.Minute
+		// Each round asks for an expiry later than the one before by
+		// more than the slack (n/10: 20+10r > 0.9*(30+10r) for r < 7), so
+		// each round has one write to make.
+		n := time.Duration(30+10*round) * time.Minute
 		slack := n / 10
 		start := make(chan struct{})
 		var wg sync.WaitGroup
