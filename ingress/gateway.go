@@ -506,8 +506,11 @@ func (g *Gateway) newHealth() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		if err := g.ready(ctx); err != nil {
+			// The cause (addresses, credentials trouble) goes to the log,
+			// not to whoever asks.
+			g.log.Warn("not ready", logErr, err)
 			httpx.WriteJSON(w, http.StatusServiceUnavailable, api.ErrorResponse{Code: api.CodeIngressUnavailable,
-				Message: "the gateway cannot find sandboxes: " + err.Error()})
+				Message: "the gateway cannot find sandboxes right now"})
 			return
 		}
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "keys": g.cfg.Keys().IDs()})

@@ -873,3 +873,42 @@ func TestGatewayAccessLogAndMetrics(t *testing.T) {
 		t.Fatalf("active connections %v with a keep-alive connection open", got)
 	}
 }
+
+// BenchmarkGatewayDownload: bytes through the gateway, client, gateway
+// and backend in this process (b.SetBytes: MB/s is the rate).
+func BenchmarkGatewayDownload(b *testing.B) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		buf := make([]byte, 256<<10)
+		for n > 0 {
+			k := min(n, int64(len(buf)))
+			if _, err := w.Write(buf[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+	}))
+	defer backend.Close()
+	res := &mapResolver{targets: map[string]api.IngressTarget{"sb": {State: "Running", Endpoint: strings.TrimPrefix(backend.URL, "http://"), Public: true}}}
+	gw, err := New(Config{Resolver: res})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := httptest.NewServer(gw)
+	defer s.Close()
+	const size = 64 << 20
+	buf := make([]byte, 256<<10)
+	b.SetBytes(size)
+	for b.Loop() {
+		resp, err := s.Client().Get(s.URL + "/sb/80/x?n=" + strconv.Itoa(size))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+		resp.Body.Close()
+		if err != nil || n != size {
+			b.Fatalf("%d bytes, %v", n, err)
+		}
+	}
+}
