@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -172,6 +173,20 @@ type Endpoint struct {
 	Headers  map[string]string `json:"headers,omitempty"`
 }
 
+// URL is the endpoint as a URL with scheme ("http" or "https"), ending
+// in "/" so that relative links of a page served under a path prefix
+// resolve under it. An endpoint that already has a scheme keeps it.
+func (e Endpoint) URL(scheme string) string {
+	u := e.Endpoint
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		u = scheme + "://" + u
+	}
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	return u
+}
+
 // SnapshotStatus is the status of a snapshot.
 type SnapshotStatus struct {
 	State            string     `json:"state"`
@@ -249,6 +264,11 @@ type PoolTemplate struct {
 	// their start: a claimed sandbox runs with it (an extension of the
 	// reference's pool template).
 	NetworkPolicy json.RawMessage `json:"networkPolicy,omitempty"`
+	// Extensions are given to each sandbox handed out to a create that
+	// names the pool (extensions.poolRef), under the create's own:
+	// ExtensionIngressPublic and ExtensionRenewExtend (an extension of the
+	// reference's pool template).
+	Extensions map[string]string `json:"extensions,omitempty"`
 }
 
 // CapacitySpec bounds a warm pool: ready sandboxes are refilled to

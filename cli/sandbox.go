@@ -610,37 +610,81 @@ func (a *app) sandboxRenew() *cobra.Command {
 type endpointDoc struct {
 	Endpoint string            `json:"endpoint"`
 	Headers  map[string]string `json:"headers"`
+	// URL is the endpoint with the client's scheme.
+	URL string `json:"url"`
+	// ExpiresAt is set for a signed endpoint (--expires).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 func (a *app) sandboxEndpoint() *cobra.Command {
 	var port int
+	var expires time.Duration
 	cmd := formats(&cobra.Command{
-		Use:   "endpoint ID --port PORT",
+		Use:   "endpoint ID [PORT] [--port PORT] [--expires DURATION]",
 		Short: "Show where a port of a sandbox is reached, and the headers to send",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show where a port of a sandbox is reached, and the headers every request
+to it must carry.
+
+With --expires, ask for a signed link through the server's ingress gateway,
+valid for that long: it carries its own authorization, so it needs no
+header. osb prints its URL, which a person can open in a browser when the
+gateway routes by path or subdomain (route_mode "uri" or "wildcard").`,
+		Example: `  osb sandbox endpoint 4f6c... 8080
+  osb sandbox endpoint 4f6c... 8080 --expires 1h`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := a.format(cmd, "")
 			if err != nil {
 				return err
 			}
+			if len(args) == 2 {
+				p, err := strconv.Atoi(args[1])
+				if err != nil || cmd.Flags().Changed("port") && p != port {
+					return usagef(cmd, "PORT %q: want one port, 1 to 65535 (as an argument or --port)", args[1])
+				}
+				port = p
+			} else if !cmd.Flags().Changed("port") {
+				return usagef(cmd, "give the port: osb sandbox endpoint ID PORT")
+			}
 			if port < 1 || port > 65535 {
 				return usagef(cmd, "--port %d: want 1 to 65535", port)
+			}
+			if cmd.Flags().Changed("expires") && expires < time.Second {
+				return usagef(cmd, "--expires %v: want a duration of at least 1s, such as 30m or 24h", expires)
 			}
 			c, err := a.sdkClient()
 			if err != nil {
 				return err
 			}
-			ep, err := c.Endpoint(cmd.Context(), args[0], port)
+			var opts []sdk.EndpointOption
+			var until *time.Time
+			if expires > 0 {
+				t := time.Now().Add(expires).Truncate(time.Second)
+				until = &t
+				opts = append(opts, sdk.WithExpiresAt(t))
+			}
+			ep, err := c.Endpoint(cmd.Context(), args[0], port, opts...)
 			if err != nil {
 				return err
 			}
-			doc := endpointDoc{ep.Endpoint, ep.Headers}
+			doc := endpointDoc{Endpoint: ep.Endpoint, Headers: ep.Headers, URL: ep.URL(c.Protocol()), ExpiresAt: until}
 			if doc.Headers == nil {
 				doc.Headers = map[string]string{}
 			}
 			p := a.printerFor(f)
+			if until != nil {
+				return p.doc(doc, func() {
+					fmt.Fprintln(p.out, doc.URL)
+					fmt.Fprintf(p.err, "valid until %s (%s)\n", until.Local().Format(time.RFC3339), expires)
+					if route := doc.Headers[api.HeaderIngressTo]; route != "" {
+						p.warn("the gateway routes by header (route_mode \"header\"): a browser cannot open this URL; " +
+							"send the header " + api.HeaderIngressTo + ": " + route + " with each request, " +
+							"or ask the operator for route_mode \"uri\" or \"wildcard\"")
+					}
+				})
+			}
 			return p.doc(doc, func() {
-				pairs := [][2]string{{"endpoint", doc.Endpoint}}
+				pairs := [][2]string{{"endpoint", doc.Endpoint}, {"url", doc.URL}}
 				for _, k := range sortedMapKeys(doc.Headers) {
 					pairs = append(pairs, [2]string{"header " + k, doc.Headers[k]})
 				}
@@ -648,8 +692,8 @@ func (a *app) sandboxEndpoint() *cobra.Command {
 			})
 		},
 	}, formatTable, formatJSON, formatYAML)
-	cmd.Flags().IntVarP(&port, "port", "p", 0, "port inside the sandbox")
-	cmd.MarkFlagRequired("port")
+	cmd.Flags().IntVarP(&port, "port", "p", 0, "port inside the sandbox (or give it after ID)")
+	cmd.Flags().DurationVar(&expires, "expires", 0, "ask for a signed link valid this long (e.g. 1h), through the ingress gateway")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -332,4 +333,109 @@ func TestIngressPublicValidated(t *testing.T) {
 	e.call("POST", "/v1/sandboxes", `{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"secureAccess":true,"extensions":{"ingress.public":"true"}}`).
 		wantError(t, 400, api.CodeSandboxInvalidParameter)
 	e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"extensions":{"ingress.public":"true"}}`)
+}
+
+// noAddressYet is a runtime whose sandboxes have no address yet, as a
+// pod before it is scheduled.
+type noAddressYet struct{ *fake.Runtime }
+
+func (noAddressYet) Endpoint(ctx context.Context, id sandbox.ID, port int) (sandbox.Endpoint, error) {
+	return sandbox.Endpoint{}, fmt.Errorf("sandbox %s has no address yet: %w", id, sandbox.ErrUnavailable)
+}
+
+// TestGatewayEndpointWhileStarting: the gateway's route is answered
+// before the runtime knows where the sandbox is (SDKs ask right after
+// create); the egress port, whose token comes from the runtime, waits.
+func TestGatewayEndpointWhileStarting(t *testing.T) {
+	keys := testKeys(t)
+	rt := noAddressYet{fake.New()}
+	rt.StartDelay = time.Hour
+	e := newEnvWith(t, rt, func(c *Config) {
+		c.Ingress = IngressConfig{Gateway: true, RouteMode: RouteWildcard, Domain: "sb.example.test", Keys: func() IngressSigner { return keys }}
+	})
+	id := e.create("")
+	var ep api.Endpoint
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+strconv.Itoa(api.ExecdPort), "").wantStatus(t, 200).decode(t, &ep)
+	if ep.Endpoint != id+"-"+strconv.Itoa(api.ExecdPort)+".sb.example.test" || !keys.CheckAccessToken(id, ep.Headers[api.HeaderSecureAccess]) {
+		t.Fatalf("endpoint of a starting sandbox %+v", ep)
+	}
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/18080", "").wantError(t, 503, api.CodeSandboxUnavailable)
+	e.call("GET", "/v1/sandboxes/nope/endpoints/8080", "").wantError(t, 404, api.CodeDockerSandboxNotFound)
+}
+
+// TestPoolTemplateExtensions: a pool's template may make the sandboxes it
+// hands out public (or renew on access); only a create naming the pool
+// gets them, under the create's own; other keys are refused.
+func TestPoolTemplateExtensions(t *testing.T) {
+	rt := fake.NewPooled()
+	t.Cleanup(func() { rt.Close() })
+	e := newEnvWith(t, rt)
+	pool := func(name, ext string) string {
+		return `{"name":"` + name + `","template":{"image":{"uri":"img"},"resourceLimits":{},"extensions":` + ext + `},"capacitySpec":{"bufferMin":1,"bufferMax":1,"poolMin":0,"poolMax":5}}`
+	}
+	var got api.Pool
+	e.call("POST", "/v1/pools", pool("demo", `{"ingress.public":"true","access.renew.extend.seconds":"600"}`)).wantStatus(t, 201).decode(t, &got)
+	if got.Template.Extensions["ingress.public"] != "true" {
+		t.Fatalf("pool %+v", got.Template)
+	}
+	for _, ext := range []string{`{"ingress.public":"yes"}`, `{"access.renew.extend.seconds":"5"}`, `{"docker.runtime":"runsc"}`, `{"poolRef":"x"}`} {
+		e.call("POST", "/v1/pools", pool("bad", ext)).wantError(t, 400, api.CodeSandboxInvalidParameter)
+	}
+	target := func(id string) api.IngressTarget {
+		t.Helper()
+		var tg api.IngressTarget
+		e.call("GET", api.IngressTargetsPath+id+"/8080", "").wantStatus(t, 200).decode(t, &tg)
+		return tg
+	}
+	named := e.create(`{"extensions":{"poolRef":"demo"},"timeout":600}`)
+	if tg := target(named); !tg.Public || tg.RenewExtendSeconds != 600 {
+		t.Errorf("a sandbox of the pool: %+v", tg)
+	}
+	own := e.create(`{"extensions":{"poolRef":"demo","ingress.public":"false"},"timeout":600}`)
+	if tg := target(own); tg.Public || tg.RenewExtendSeconds != 600 {
+		t.Errorf("the create's own extension does not win: %+v", tg)
+	}
+	// A create that does not name the pool, served by it or not, is not
+	// made public by it.
+	plain := e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"timeout":600}`)
+	if tg := target(plain); tg.Public || tg.RenewExtendSeconds != 0 {
+		t.Errorf("a create without poolRef: %+v", tg)
+	}
+	e.call("POST", "/v1/sandboxes", `{"extensions":{"poolRef":"nope"}}`).wantStatus(t, 404)
+}
+
+// TestServerResolverAgainstRoutes: the HTTP resolver remote gateways use
+// (ingress.ServerResolver) reads these routes as they answer: targets,
+// ErrNotFound for an unknown sandbox, renewals that move the expiry, and
+// a wrong API key as an error that is not ErrNotFound.
+func TestServerResolverAgainstRoutes(t *testing.T) {
+	e, _ := newEnv(t)
+	id := e.create(`{"image":{"uri":"img"},"entrypoint":["x"],"resourceLimits":{},"timeout":60,"extensions":{"access.renew.extend.seconds":"900","ingress.public":"true"}}`)
+	e.waitState(id, sandbox.StateRunning)
+	res, err := ingress.NewServerResolver(e.url+"/v1", testKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tg, err := res.Target(ctx, id, 8080)
+	if err != nil || tg.State != "Running" || !tg.Public || tg.RenewExtendSeconds != 900 || tg.Endpoint != "fake.invalid:8080" {
+		t.Fatalf("Target: %+v, %v", tg, err)
+	}
+	if _, err := res.Target(ctx, "nope", 8080); !errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("unknown sandbox: %v, want ErrNotFound", err)
+	}
+	if err := res.Renew(ctx, id, 8080); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := e.rt.Get(ctx, sandbox.ID(id))
+	if d := time.Until(*sb.ExpiresAt); d < 800*time.Second {
+		t.Fatalf("after Renew the sandbox expires in %v, want about 900s", d)
+	}
+	if err := res.Renew(ctx, "nope", 8080); !errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("renew of an unknown sandbox: %v", err)
+	}
+	wrong, _ := ingress.NewServerResolver(e.url, "wrong-key", nil)
+	if _, err := wrong.Target(ctx, id, 8080); err == nil || errors.Is(err, ingress.ErrNotFound) {
+		t.Fatalf("wrong API key: %v", err)
+	}
 }

@@ -170,6 +170,15 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	}
 	if p, ok := m.rt.(sandbox.Pooler); ok && spec.SnapshotID == "" {
 		poolRef := strings.TrimSpace(spec.Extensions[extPoolRef])
+		if poolRef != "" {
+			// The template's extensions (ingress.public...), under the
+			// create's own: only a create that names the pool gets them.
+			info, err := p.GetPool(ctx, poolRef)
+			if err != nil {
+				return nil, err
+			}
+			spec.Extensions = withDefaults(spec.Extensions, info.Template.Extensions)
+		}
 		sb, err := p.Claim(ctx, poolRef, spec)
 		switch {
 		case err == nil:
@@ -188,6 +197,16 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 		}
 	}
 	return m.rt.Create(ctx, sandbox.NewID(), spec)
+}
+
+// withDefaults is ext with the pairs of defaults whose keys it lacks.
+func withDefaults(ext, defaults map[string]string) map[string]string {
+	if len(defaults) == 0 {
+		return ext
+	}
+	out := maps.Clone(defaults)
+	maps.Copy(out, ext)
+	return out
 }
 
 // fromTemplate fills what a pool-mode create left out from the pool's

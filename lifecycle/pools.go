@@ -35,6 +35,10 @@ func (s *Server) pooler() (sandbox.Pooler, error) {
 	return p, nil
 }
 
+// poolExtensions are the extensions a pool's template may give the
+// sandboxes it hands out.
+var poolExtensions = []string{extIngressPublic, extRenewExtend}
+
 // PoolFromRequest validates a pool's definition as the /pools routes and
 // the configuration file give it.
 func PoolFromRequest(req *api.PoolRequest) (sandbox.Pool, error) {
@@ -87,6 +91,21 @@ func PoolFromRequest(req *api.PoolRequest) (sandbox.Pool, error) {
 			return p, err
 		}
 	}
+	for k, v := range t.Extensions {
+		if !slices.Contains(poolExtensions, k) {
+			return p, invalid(codeInvalidParameter, "pool %s: template.extensions[%q]: a pool's template takes %s only", req.Name, k, strings.Join(poolExtensions, " and "))
+		}
+		if err := checkExtensions(map[string]string{k: v}); err != nil {
+			var he *httpx.Error
+			if errors.As(err, &he) {
+				return p, invalid(he.Code, "pool %s: template.%s", req.Name, he.Message)
+			}
+			return p, err
+		}
+	}
+	if len(t.Extensions) > 0 {
+		p.Template.Extensions = maps.Clone(t.Extensions)
+	}
 	c := req.CapacitySpec
 	if c == nil {
 		return p, invalid(codeInvalidParameter, "pool %s: capacitySpec is required", req.Name)
@@ -116,7 +135,7 @@ func toAPIPool(info *sandbox.PoolInfo) api.Pool {
 		Name: info.Name,
 		Template: &api.PoolTemplate{
 			Image: &api.ImageSpec{URI: t.Image}, Entrypoint: t.Entrypoint, Env: t.Env,
-			ResourceLimits: formatResources(t.Resources), NetworkPolicy: t.NetworkPolicy,
+			ResourceLimits: formatResources(t.Resources), NetworkPolicy: t.NetworkPolicy, Extensions: t.Extensions,
 		},
 		CapacitySpec: api.CapacitySpec{BufferMax: info.Capacity.BufferMax, BufferMin: info.Capacity.BufferMin,
 			PoolMax: info.Capacity.PoolMax, PoolMin: info.Capacity.PoolMin},

@@ -235,16 +235,30 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		expires = &t
 	}
 	id := sandbox.ID(r.PathValue("id"))
-	ep, err := s.rt.Endpoint(r.Context(), id, port)
-	if err != nil {
-		return err
-	}
 	if gateway {
-		gep, err := s.gatewayEndpoint(id, port, ep, expires)
+		// The route does not depend on where the sandbox runs, so it is
+		// answered while the sandbox starts (a pod without an address
+		// yet included); only the egress port's token comes from the
+		// runtime's endpoint.
+		var direct sandbox.Endpoint
+		var err error
+		if port == sandbox.PortEgress {
+			direct, err = s.rt.Endpoint(r.Context(), id, port)
+		} else {
+			_, err = s.rt.Get(r.Context(), id)
+		}
+		if err != nil {
+			return err
+		}
+		gep, err := s.gatewayEndpoint(id, port, direct, expires)
 		if err != nil {
 			return err
 		}
 		return writeJSON(w, http.StatusOK, gep)
+	}
+	ep, err := s.rt.Endpoint(r.Context(), id, port)
+	if err != nil {
+		return err
 	}
 	if !useProxy {
 		return writeJSON(w, http.StatusOK, api.Endpoint{Endpoint: ep.Address, Headers: ep.Headers})

@@ -101,6 +101,35 @@ type EndpointOutput struct {
 	Headers map[string]string `json:"headers,omitempty" jsonschema:"headers every request to the URL must carry"`
 }
 
+type urlInput struct {
+	SandboxArg
+	Port           int `json:"port" jsonschema:"TCP port a process inside the sandbox listens on, such as a web app's"`
+	ExpiresSeconds int `json:"expires_seconds,omitempty" jsonschema:"how long the link stays valid, in seconds; default 3600"`
+}
+
+// URLOutput is a signed link to a port of a sandbox.
+type URLOutput struct {
+	URL       string    `json:"url" jsonschema:"link to the port, with its authorization in it: show it to the user to open"`
+	ExpiresAt time.Time `json:"expires_at" jsonschema:"when the link stops working"`
+	// Headers are set when the gateway routes by header: the link then
+	// needs them, and a browser cannot open it.
+	Headers map[string]string `json:"headers,omitempty" jsonschema:"headers a request to the URL must carry; set only when the gateway routes by header, so that a browser cannot open the link"`
+	Browser bool              `json:"browser" jsonschema:"whether a browser can open the link as it is"`
+}
+
+// Bounds of sandbox_url's expires_seconds.
+const (
+	defaultURLExpiry = time.Hour
+	maxURLExpiry     = 7 * 24 * time.Hour
+)
+
+func (in urlInput) validate() error {
+	if in.ExpiresSeconds < 0 || time.Duration(in.ExpiresSeconds)*time.Second > maxURLExpiry {
+		return argErrorf("expires_seconds %d: want 60 to %d, or leave it out for an hour", in.ExpiresSeconds, int(maxURLExpiry.Seconds()))
+	}
+	return nil
+}
+
 func (in createInput) validate() error {
 	if in.Pool != "" {
 		if err := (poolArg{Pool: in.Pool}).validate(); err != nil {
@@ -272,6 +301,35 @@ The URL is reachable from the machine osb mcp runs on; requests to it must carry
 		}
 		return text(msg), out, nil
 	}, between("port", 1, 65535))
+
+	add(s, &gomcp.Tool{
+		Name: "sandbox_url",
+		Description: `Get a link to a TCP port inside the sandbox that a person can open, for a web app, notebook or desktop started in it (with command_start): show it to your user.
+The link is signed: it carries its own authorization and stops working after expires_seconds. It needs the server's ingress gateway; without one, use sandbox_endpoint.`,
+		Annotations: &gomcp.ToolAnnotations{Title: "Get sandbox link", ReadOnlyHint: true, OpenWorldHint: ptr(true)},
+	}, func(ctx context.Context, in urlInput) (*gomcp.CallToolResult, URLOutput, error) {
+		d := defaultURLExpiry
+		if in.ExpiresSeconds > 0 {
+			d = time.Duration(in.ExpiresSeconds) * time.Second
+		}
+		until := time.Now().Add(d).Truncate(time.Second)
+		ep, err := s.client.Endpoint(ctx, in.SandboxID, in.Port, sdk.WithExpiresAt(until))
+		var ae *sdk.APIError
+		if errors.As(err, &ae) && ae.Code == api.CodeSandboxAPINotSupported {
+			return nil, URLOutput{}, withHint(err, "This server gives no signed links (it has no ingress gateway with signing keys): use sandbox_endpoint, whose URL needs headers.")
+		}
+		if err != nil {
+			return nil, URLOutput{}, err
+		}
+		out := URLOutput{URL: ep.URL(s.client.Protocol()), ExpiresAt: until, Browser: true}
+		msg := fmt.Sprintf("port %d of sandbox %s: %s (valid until %s, for %s)", in.Port, in.SandboxID, out.URL, until.UTC().Format(time.RFC3339), d)
+		if route := ep.Headers[api.HeaderIngressTo]; route != "" {
+			out.Headers, out.Browser = ep.Headers, false
+			msg += "; the gateway routes by header, so a browser cannot open this link: every request must carry the header " +
+				api.HeaderIngressTo + ": " + route
+		}
+		return text(msg), out, nil
+	}, between("port", 1, 65535), between("expires_seconds", 60, maxURLExpiry.Seconds()), defaultValue("expires_seconds", "3600"))
 }
 
 // getInfo describes a sandbox in a line of prose after prefix, with the

@@ -88,7 +88,7 @@ func wantToolError(t *testing.T, cs *gomcp.ClientSession, tool string, args map[
 
 // allTools is every tool the server offers.
 var allTools = []string{
-	"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_kill", "sandbox_renew", "sandbox_pause", "sandbox_resume", "sandbox_endpoint",
+	"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_kill", "sandbox_renew", "sandbox_pause", "sandbox_resume", "sandbox_endpoint", "sandbox_url",
 	"pool_list", "pool_get",
 	"command_run", "command_start", "command_logs", "command_stop",
 	"file_read", "file_write", "file_list", "file_search", "file_move", "file_delete",
@@ -181,6 +181,9 @@ func TestInvalidArguments(t *testing.T) {
 		{"file_list", map[string]any{"sandbox_id": "x", "path": "/", "offset": -1}, []string{"offset"}},
 		{"sandbox_get", map[string]any{"sandbox_id": "x", "max_output_chars": 10}, []string{"max_output_chars"}},
 		{"sandbox_endpoint", map[string]any{"sandbox_id": "x", "port": 70000}, []string{"port"}},
+		{"sandbox_url", map[string]any{"sandbox_id": "x"}, []string{"port"}},
+		{"sandbox_url", map[string]any{"sandbox_id": "x", "port": 8080, "expires_seconds": 5}, []string{"expires_seconds"}},
+		{"sandbox_url", map[string]any{"sandbox_id": "x", "port": 8080, "expires_seconds": 9999999}, []string{"expires_seconds"}},
 		{"command_run", map[string]any{"sandbox_id": "x"}, []string{"command"}},
 		{"command_run", map[string]any{"sandbox_id": "x", "command": "   "}, []string{"command is empty"}},
 		{"command_run", map[string]any{"sandbox_id": "x", "command": "ls", "timeout_seconds": 0}, []string{"timeout_seconds"}},

@@ -494,16 +494,46 @@ func (c *Client) PatchMetadata(ctx context.Context, id string, patch map[string]
 	return &out, nil
 }
 
+// EndpointOption adjusts what Endpoint asks for.
+type EndpointOption func(*endpointOptions)
+
+type endpointOptions struct {
+	expires time.Time
+}
+
+// WithExpiry asks for a signed endpoint valid for d from now: a route
+// through the server's ingress gateway that carries its own
+// authorization, so that its URL works without headers (in the gateway's
+// uri and wildcard route modes a browser opens it). Servers without a
+// gateway and signing keys refuse it (a 400 whose code is
+// api.CodeSandboxAPINotSupported).
+func WithExpiry(d time.Duration) EndpointOption {
+	return func(o *endpointOptions) { o.expires = time.Now().Add(d) }
+}
+
+// WithExpiresAt is WithExpiry until t (whole seconds, rounded down).
+func WithExpiresAt(t time.Time) EndpointOption {
+	return func(o *endpointOptions) { o.expires = t }
+}
+
 // Endpoint returns where port of a sandbox is reached: a scheme-less
 // host:port[/prefix] and the headers every request to it must carry.
-// With Config.UseServerProxy the endpoint goes through the server.
-func (c *Client) Endpoint(ctx context.Context, id string, port int) (*api.Endpoint, error) {
+// With Config.UseServerProxy the endpoint goes through the server, unless
+// an option asks for a signed endpoint, which only the gateway gives.
+func (c *Client) Endpoint(ctx context.Context, id string, port int, opts ...EndpointOption) (*api.Endpoint, error) {
+	var o endpointOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	q := url.Values{}
-	if c.cfg.UseServerProxy {
+	what := fmt.Sprintf("get endpoint of sandbox %s port %d", id, port)
+	if !o.expires.IsZero() {
+		q.Set("expires", strconv.FormatInt(o.expires.Unix(), 10))
+		what = fmt.Sprintf("get a signed endpoint of sandbox %s port %d", id, port)
+	} else if c.cfg.UseServerProxy {
 		q.Set("use_server_proxy", "true")
 	}
-	r := c.server.req(fmt.Sprintf("get endpoint of sandbox %s port %d", id, port), http.MethodGet,
-		"/sandboxes/"+url.PathEscape(id)+"/endpoints/"+strconv.Itoa(port), q)
+	r := c.server.req(what, http.MethodGet, "/sandboxes/"+url.PathEscape(id)+"/endpoints/"+strconv.Itoa(port), q)
 	r.idempotent = true
 	var out api.Endpoint
 	if err := c.t.call(ctx, r, &out); err != nil {
@@ -512,15 +542,20 @@ func (c *Client) Endpoint(ctx context.Context, id string, port int) (*api.Endpoi
 	return &out, nil
 }
 
-// EndpointURL is Endpoint as a URL with the client's protocol.
-func (c *Client) EndpointURL(ctx context.Context, id string, port int) (string, http.Header, error) {
-	ep, err := c.Endpoint(ctx, id, port)
+// EndpointURL is Endpoint as a URL with the client's protocol, and the
+// headers to send.
+func (c *Client) EndpointURL(ctx context.Context, id string, port int, opts ...EndpointOption) (string, http.Header, error) {
+	ep, err := c.Endpoint(ctx, id, port, opts...)
 	if err != nil {
 		return "", nil, err
 	}
 	tg := c.endpointTarget(ep)
 	return tg.base, tg.header, nil
 }
+
+// Protocol is the scheme of the server and of the sandboxes' endpoints:
+// "http" or "https".
+func (c *Client) Protocol() string { return c.cfg.protocol() }
 
 // endpointTarget turns an endpoint into a request target.
 func (c *Client) endpointTarget(ep *api.Endpoint) *target {

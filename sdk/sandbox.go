@@ -57,9 +57,10 @@ func (s *Sandbox) Renew(ctx context.Context, d time.Duration) (time.Time, error)
 	return s.c.Renew(ctx, s.ID, d)
 }
 
-// Endpoint returns where port of the sandbox is reached.
-func (s *Sandbox) Endpoint(ctx context.Context, port int) (*api.Endpoint, error) {
-	return s.c.Endpoint(ctx, s.ID, port)
+// Endpoint returns where port of the sandbox is reached; WithExpiry asks
+// for a signed endpoint, whose URL (api.Endpoint.URL) needs no header.
+func (s *Sandbox) Endpoint(ctx context.Context, port int, opts ...EndpointOption) (*api.Endpoint, error) {
+	return s.c.Endpoint(ctx, s.ID, port, opts...)
 }
 
 // execd returns the target of the sandbox's execd, resolving it once.

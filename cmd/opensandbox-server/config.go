@@ -59,6 +59,9 @@ type poolConfig struct {
 	// NetworkPolicy is the egress policy of the pool's sandboxes, as
 	// JSON (networkPolicy of a create); empty: none.
 	NetworkPolicy string `toml:"network_policy"`
+	// Extensions are given to the sandboxes a create naming the pool
+	// gets: ingress.public, access.renew.extend.seconds.
+	Extensions map[string]string `toml:"extensions"`
 }
 
 // definition is the pool p describes, validated as the /pools routes do.
@@ -66,7 +69,7 @@ func (p *poolConfig) definition() (sandbox.Pool, error) {
 	def, err := lifecycle.PoolFromRequest(&api.PoolRequest{
 		Name: p.Name,
 		Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: p.Image}, Entrypoint: p.Entrypoint,
-			Env: p.Env, ResourceLimits: p.ResourceLimits, NetworkPolicy: json.RawMessage(p.NetworkPolicy)},
+			Env: p.Env, ResourceLimits: p.ResourceLimits, NetworkPolicy: json.RawMessage(p.NetworkPolicy), Extensions: p.Extensions},
 		CapacitySpec: &api.CapacitySpec{BufferMin: p.BufferMin, BufferMax: p.BufferMax, PoolMin: p.PoolMin, PoolMax: p.PoolMax},
 	})
 	if err != nil {
@@ -411,6 +414,7 @@ const examplePools = `# Warm pools: sandboxes started ahead of time, so that a c
 # buffer_max = 4      # ...up to this many ready
 # pool_min = 0        # the pool's sandboxes, handed out ones included
 # pool_max = 50
+# extensions = { "ingress.public" = "true" }   # given to creates that name the pool
 `
 
 // exampleDocker is the commented configuration init-config writes for the

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -405,4 +406,57 @@ func writeTestCert(t *testing.T) (certFile, keyFile string) {
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 	return certFile, keyFile
+}
+
+func TestPoolExtensionsConfig(t *testing.T) {
+	head := "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\n[[pools]]\nname = \"demo\"\nimage = \"python:3.11\"\npool_max = 2\nbuffer_max = 1\n"
+	cfg, err := loadConfig(writeConfig(t, head+"extensions = { \"ingress.public\" = \"true\" }\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := cfg.Pools[0].definition()
+	if err != nil || def.Template.Extensions["ingress.public"] != "true" {
+		t.Fatalf("pool definition %+v, %v", def.Template, err)
+	}
+	if _, err := loadConfig(writeConfig(t, head+"extensions = { \"ingress.public\" = \"maybe\" }\n"), false); err == nil || !strings.Contains(err.Error(), "pools[0]") || !strings.Contains(err.Error(), "ingress.public") {
+		t.Fatalf("a bad extension: %v", err)
+	}
+}
+
+// TestKeyFileReload: a changed key file is read again; one that no
+// longer reads keeps the keys in use.
+func TestKeyFileReload(t *testing.T) {
+	a, _ := ingress.GenerateKey('a')
+	b, _ := ingress.GenerateKey('b')
+	path := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(path, []byte(a+"\n"), 0o600)
+	cfg, err := loadConfig(writeConfig(t, "version = 1\n[server]\napi_key = \"0123456789abcdef0123\"\n[ingress]\nmode = \"gateway\"\naddress = \"gw\"\nsigning_keys_file = \""+path+"\"\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	ks := newKeySource(&cfg.Ingress, slog.New(slog.NewTextHandler(&logs, nil)))
+	if ks.get().IDs() != "a" {
+		t.Fatalf("keys %q", ks.get().IDs())
+	}
+	ks.reload() // unchanged: nothing read
+	if strings.Contains(logs.String(), "reloaded") {
+		t.Fatalf("an unchanged file was read again: %s", logs.String())
+	}
+	os.WriteFile(path, []byte(b+"\n"+a+"\n# rotated\n"), 0o600)
+	ks.reload()
+	if ks.get().IDs() != "ba" || !strings.Contains(logs.String(), "reloaded") {
+		t.Fatalf("after rotation: keys %q; log %s", ks.get().IDs(), logs.String())
+	}
+	tok, _ := ks.get().AccessToken("sb")
+	if signer := cfg.Ingress.lifecycle(ks).Keys(); signer.Empty() {
+		t.Fatal("the lifecycle server's keys are empty")
+	} else if got, _ := signer.AccessToken("sb"); got != tok {
+		t.Fatal("the lifecycle server signs with other keys than the gateway's")
+	}
+	os.WriteFile(path, []byte("not a key, and longer\n"), 0o600)
+	ks.reload()
+	if ks.get().IDs() != "ba" || !strings.Contains(logs.String(), "not reloaded") {
+		t.Fatalf("a broken file: keys %q; log %s", ks.get().IDs(), logs.String())
+	}
 }

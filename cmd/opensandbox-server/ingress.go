@@ -1,14 +1,22 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/lifecycle"
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // Ingress modes of [ingress] mode.
@@ -48,6 +56,9 @@ type ingressConfig struct {
 	// keys are the signing keys read from SigningKeys or SigningKeysFile
 	// by validate; nil without keys.
 	keys *ingress.Keys
+	// addressFromListen is set when Address is Listen's: once bound, the
+	// listener's address replaces it (port 0 included).
+	addressFromListen bool
 }
 
 func (c *ingressConfig) setDefaults() {
@@ -112,6 +123,7 @@ func (c *ingressConfig) validate() error {
 				return fmt.Errorf("ingress.address: required when ingress.listen (%q) listens on every address: set the host[:port] clients reach the gateway at", c.Listen)
 			}
 			c.Address = c.Listen
+			c.addressFromListen = true
 		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -130,6 +142,9 @@ func (c *ingressConfig) validate() error {
 		if c.Address == "" {
 			return fmt.Errorf("ingress.address: required with route_mode = %q (the gateway's host[:port] as clients reach it), or set ingress.listen", c.RouteMode)
 		}
+		if c.addressFromListen {
+			break // the bound listener's address (its port, when 0, chosen then)
+		}
 		if err := lifecycle.CheckHostPort(c.Address); err != nil {
 			return fmt.Errorf("ingress.address %q: %v", c.Address, err)
 		}
@@ -146,15 +161,158 @@ func (c *ingressConfig) validate() error {
 	return nil
 }
 
-// lifecycle is the table as the lifecycle server takes it, with the keys
-// read at load (Run swaps in the reloading source of a key file).
-func (c *ingressConfig) lifecycle() lifecycle.IngressConfig {
-	keys := c.keys
+// lifecycle is the table as the lifecycle server takes it, signing with
+// the keys of keys.
+func (c *ingressConfig) lifecycle(keys *keySource) lifecycle.IngressConfig {
 	return lifecycle.IngressConfig{
 		Gateway:   c.Mode == ingressGateway,
 		RouteMode: c.RouteMode,
 		Address:   c.Address,
 		Domain:    c.Domain,
-		Keys:      func() lifecycle.IngressSigner { return keys },
+		Keys:      keys.signer,
 	}
+}
+
+// keySource holds the signing keys: those of the configuration, or those
+// of signing_keys_file, read again when the file changes.
+type keySource struct {
+	path string
+	log  *slog.Logger
+	keys atomic.Pointer[ingress.Keys]
+	// stamp is the file's size and modification time at the last read.
+	stamp string
+}
+
+// newKeySource starts from the keys the configuration's check read.
+func newKeySource(c *ingressConfig, log *slog.Logger) *keySource {
+	ks := &keySource{path: c.SigningKeysFile, log: log}
+	ks.keys.Store(c.keys)
+	ks.stamp = fileStamp(ks.path)
+	return ks
+}
+
+// get returns the current keys (nil without any).
+func (ks *keySource) get() *ingress.Keys { return ks.keys.Load() }
+
+// signer is get for the lifecycle server.
+func (ks *keySource) signer() lifecycle.IngressSigner { return ks.get() }
+
+func fileStamp(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+}
+
+// keyReloadEvery is how often a key file is looked at for changes.
+const keyReloadEvery = 5 * time.Second
+
+// watch reads the key file again whenever it changes, until ctx ends. A
+// file that no longer reads, or holds no key, keeps the keys in use.
+func (ks *keySource) watch(ctx context.Context) {
+	if ks.path == "" {
+		return
+	}
+	t := time.NewTicker(keyReloadEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ks.reload()
+	}
+}
+
+// reload reads the key file if it changed since the last read.
+func (ks *keySource) reload() {
+	stamp := fileStamp(ks.path)
+	if stamp == ks.stamp {
+		return
+	}
+	ks.stamp = stamp
+	keys, err := ingress.ReadKeysFile(ks.path)
+	if err == nil && keys.Empty() {
+		err = errors.New("no key in the file")
+	}
+	if err != nil {
+		ks.log.Error("ingress signing keys not reloaded; the previous ones stay in use", "file", ks.path, "err", err)
+		return
+	}
+	ks.keys.Store(keys)
+	ks.log.Info("ingress signing keys reloaded", "file", ks.path, "keys", keys.IDs())
+}
+
+// serverResolver lets the in-process gateway find sandboxes through the
+// lifecycle server's runtime directly, without HTTP.
+type serverResolver struct{ srv *lifecycle.Server }
+
+func (r serverResolver) Target(ctx context.Context, id string, port int) (api.IngressTarget, error) {
+	t, err := r.srv.IngressTarget(ctx, id, port)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return t, fmt.Errorf("sandbox %s: %w", id, ingress.ErrNotFound)
+	}
+	return t, err
+}
+
+func (r serverResolver) Renew(ctx context.Context, id string, port int) error {
+	return r.srv.IngressRenew(ctx, id, port)
+}
+
+// gatewayServer is the ingress gateway this server serves on [ingress]
+// listen: the proxy, and its health routes for requests that route
+// nowhere (GET /healthz, /readyz without a route header or subdomain).
+func gatewayServer(c *ingressConfig, keys *keySource, srv *lifecycle.Server, metrics *lifecycle.Metrics, log *slog.Logger) (*http.Server, error) {
+	domain := c.Domain
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	res := serverResolver{srv}
+	gw, err := ingress.New(ingress.Config{
+		Keys:     keys.get,
+		Resolver: res,
+		Renewer:  res,
+		Domain:   domain,
+		Logger:   log,
+		Metrics:  metrics.Registry(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	health := gw.Health()
+	suffix := "." + strings.ToLower(domain)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") && r.Header.Get(api.HeaderIngressTo) == "" &&
+			r.Header.Get(api.HeaderIngressLegacy) == "" && (domain == "" || !strings.HasSuffix(strings.ToLower(hostOnly(r.Host)), suffix)) {
+			health.ServeHTTP(w, r)
+			return
+		}
+		gw.ServeHTTP(w, r)
+	})
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	if c.TLSCert != "" {
+		protos.SetHTTP2(true)
+	} else {
+		protos.SetUnencryptedHTTP2(true)
+	}
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         gw.ConnState,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}, nil
+}
+
+// hostOnly is the host of a Host header, without its port.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
 }

@@ -27,6 +27,9 @@ type Main struct {
 	Logger *slog.Logger
 	// Ready, when not nil, receives the address the API listens on.
 	Ready chan<- net.Addr
+	// GatewayReady, when not nil, receives the address of the in-process
+	// ingress gateway ([ingress] listen) before Ready does.
+	GatewayReady chan<- net.Addr
 }
 
 // Load finds and reads the configuration.
@@ -101,6 +104,21 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
+	keys := newKeySource(&cfg.Ingress, log)
+	// The gateway's listener is bound first, so that endpoints name the
+	// address it got.
+	in := cfg.Ingress
+	var gln net.Listener
+	if in.Mode == ingressGateway && in.Listen != "" {
+		var err error
+		if gln, err = net.Listen("tcp", in.Listen); err != nil {
+			return fmt.Errorf("ingress.listen: %w", err)
+		}
+		defer gln.Close()
+		if in.addressFromListen {
+			in.Address = gln.Addr().String()
+		}
+	}
 	runtimeName := strings.ToUpper(cfg.Runtime.Type)
 	mgr := lifecycle.NewManager(rt, lifecycle.ManagerConfig{MaxTimeout: cfg.Server.MaxSandboxTimeout, Logger: log, Observer: metrics, RuntimeName: runtimeName})
 	srv, err := lifecycle.New(mgr, lifecycle.Config{
@@ -119,7 +137,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Metrics:              metrics,
 		MetricsPublic:        cfg.Server.MetricsAuth != nil && !*cfg.Server.MetricsAuth,
 		Egress:               egress,
-		Ingress:              cfg.Ingress.lifecycle(),
+		Ingress:              in.lifecycle(keys),
 	})
 	if err != nil {
 		return err
@@ -140,8 +158,32 @@ func (m *Main) Run(ctx context.Context) error {
 		defer close(loopDone)
 		mgr.Run(loopCtx)
 	}()
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
+	go keys.watch(loopCtx)
+	var gs *http.Server
+	if in.Mode == ingressGateway && keys.get().Empty() {
+		log.Warn("[ingress] has no signing keys: endpoints carry no access token, expires is refused, and a gateway serves public sandboxes only; make a key with opensandbox-server gen-signing-key")
+	}
+	if gln != nil {
+		if gs, err = gatewayServer(&in, keys, srv, metrics, log.With("component", "ingress")); err != nil {
+			hs.Close()
+			stopLoop()
+			<-loopDone
+			return err
+		}
+		go func() {
+			if in.TLSCert != "" {
+				serveErr <- gs.ServeTLS(gln, in.TLSCert, in.TLSKey)
+			} else {
+				serveErr <- gs.Serve(gln)
+			}
+		}()
+		log.Info("ingress gateway listening", "addr", gln.Addr().String(), "tls", in.TLSCert != "", "routeMode", in.RouteMode, "address", in.Address)
+		if m.GatewayReady != nil {
+			m.GatewayReady <- gln.Addr()
+		}
+	}
 	// The warning says what the server does, not what it was told:
 	// insecure with a key still wants the key.
 	if !srv.KeyRequired() {
@@ -160,6 +202,9 @@ func (m *Main) Run(ctx context.Context) error {
 	log.Info("stopping")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if gs != nil {
+		gs.Shutdown(shutdownCtx)
+	}
 	hs.Shutdown(shutdownCtx)
 	stopLoop()
 	<-loopDone

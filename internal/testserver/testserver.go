@@ -9,8 +9,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -21,10 +23,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
+	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // Server is a lifecycle server on loopback.
@@ -37,6 +42,13 @@ type Server struct {
 	APIKey string
 	// Scope is the Docker label scope of the server's containers.
 	Scope string
+	// GatewayURL is the root of the ingress gateway served beside the
+	// API when Options.Gateway asks for one, http://127.0.0.1:PORT.
+	GatewayURL string
+	// Keys are that gateway's signing keys.
+	Keys *ingress.Keys
+
+	gw *httptest.Server
 
 	hs      *httptest.Server
 	rt      *docker.Runtime
@@ -85,6 +97,10 @@ type Options struct {
 	Docker func(*docker.Config)
 	// Lifecycle adjusts the HTTP API's configuration.
 	Lifecycle func(*lifecycle.Config)
+	// Gateway, when set, serves an ingress gateway beside the API, with a
+	// signing key of its own, and the endpoint API answers its routes in
+	// this route mode (lifecycle.RouteHeader, RouteURI).
+	Gateway string
 }
 
 // New starts a server. The caller must Close it.
@@ -119,11 +135,25 @@ func New(opts Options) (*Server, error) {
 	// Clients' tests create from images on closed loopback ports to see
 	// pulls fail without a packet leaving the machine.
 	lcfg := lifecycle.Config{APIKey: s.APIKey, MinTimeout: time.Second, Logger: log, AllowLocalRegistries: true}
+	var gwLn net.Listener
+	if opts.Gateway != "" {
+		if gwLn, err = s.gatewayConfig(&lcfg, opts.Gateway); err != nil {
+			rt.Close()
+			os.RemoveAll(dataDir)
+			return nil, err
+		}
+	}
 	if opts.Lifecycle != nil {
 		opts.Lifecycle(&lcfg)
 	}
 	srv, err := lifecycle.New(mgr, lcfg)
+	if err == nil && gwLn != nil {
+		err = s.startGateway(srv, gwLn, log)
+	}
 	if err != nil {
+		if gwLn != nil {
+			gwLn.Close()
+		}
 		rt.Close()
 		os.RemoveAll(dataDir)
 		return nil, err
@@ -156,6 +186,9 @@ func Start(t testing.TB, opts Options) *Server {
 // Close stops the server and removes every container, image and volume
 // of its scope.
 func (s *Server) Close() {
+	if s.gw != nil {
+		s.gw.Close()
+	}
 	s.hs.Close()
 	s.stop()
 	<-s.done
@@ -189,4 +222,55 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// gatewayConfig makes the server's signing key and the gateway's
+// listener, and sets lcfg to answer the gateway's routes on it.
+func (s *Server) gatewayConfig(lcfg *lifecycle.Config, routeMode string) (net.Listener, error) {
+	spec, err := ingress.GenerateKey('t')
+	if err != nil {
+		return nil, err
+	}
+	if s.Keys, err = ingress.ParseKeys([]string{spec}); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	keys := s.Keys
+	lcfg.Ingress = lifecycle.IngressConfig{Gateway: true, RouteMode: routeMode, Address: ln.Addr().String(),
+		Keys: func() lifecycle.IngressSigner { return keys }}
+	return ln, nil
+}
+
+// startGateway serves the ingress gateway on ln, finding sandboxes
+// through srv.
+func (s *Server) startGateway(srv *lifecycle.Server, ln net.Listener, log *slog.Logger) error {
+	res := gatewayResolver{srv}
+	gw, err := ingress.New(ingress.Config{Keys: func() *ingress.Keys { return s.Keys }, Resolver: res, Renewer: res, Logger: log})
+	if err != nil {
+		return err
+	}
+	s.gw = httptest.NewUnstartedServer(gw)
+	s.gw.Listener.Close()
+	s.gw.Listener = ln
+	s.gw.Start()
+	s.GatewayURL = s.gw.URL
+	return nil
+}
+
+// gatewayResolver finds sandboxes through the lifecycle server.
+type gatewayResolver struct{ srv *lifecycle.Server }
+
+func (r gatewayResolver) Target(ctx context.Context, id string, port int) (api.IngressTarget, error) {
+	t, err := r.srv.IngressTarget(ctx, id, port)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return t, fmt.Errorf("sandbox %s: %w", id, ingress.ErrNotFound)
+	}
+	return t, err
+}
+
+func (r gatewayResolver) Renew(ctx context.Context, id string, port int) error {
+	return r.srv.IngressRenew(ctx, id, port)
 }

@@ -120,16 +120,19 @@ type poolRecord struct {
 	Revision   int64             `json:"revision"`
 	CreatedAt  time.Time         `json:"createdAt"`
 	FromConfig bool              `json:"fromConfig,omitempty"`
+	Extensions map[string]string `json:"extensions,omitempty"`
 }
 
 func recordOf(p *sandbox.Pool) poolRecord {
 	return poolRecord{Name: p.Name, Image: p.Template.Image, Entrypoint: p.Template.Entrypoint, Env: p.Template.Env,
-		Resources: p.Template.Resources, Capacity: p.Capacity, Revision: p.Revision, CreatedAt: p.CreatedAt, FromConfig: p.FromConfig}
+		Resources: p.Template.Resources, Capacity: p.Capacity, Revision: p.Revision, CreatedAt: p.CreatedAt, FromConfig: p.FromConfig,
+		Extensions: p.Template.Extensions}
 }
 
 func (rec *poolRecord) pool() sandbox.Pool {
 	return sandbox.Pool{Name: rec.Name, Capacity: rec.Capacity, Revision: rec.Revision, CreatedAt: rec.CreatedAt, FromConfig: rec.FromConfig,
-		Template: sandbox.Spec{Image: rec.Image, Entrypoint: slices.Clone(rec.Entrypoint), Env: maps.Clone(rec.Env), Resources: rec.Resources}}
+		Template: sandbox.Spec{Image: rec.Image, Entrypoint: slices.Clone(rec.Entrypoint), Env: maps.Clone(rec.Env), Resources: rec.Resources,
+			Extensions: maps.Clone(rec.Extensions)}}
 }
 
 func (r *Runtime) poolConfigMap(p *sandbox.Pool) *corev1.ConfigMap {
