@@ -199,3 +199,11 @@ type ExpiryExtender interface {
 	// the call and whether this call wrote it.
 	ExtendExpiry(ctx context.Context, id ID, at time.Time, slack time.Duration) (time.Time, bool, error)
 }
+
+// ExecdTokener is a runtime that tells a sandbox's execd token from the
+// moment Create returns, without waiting for the sandbox's address: the
+// lifecycle server hands it out with execd's gateway endpoint, because a
+// gateway that reads only the cluster's pods cannot add it.
+type ExecdTokener interface {
+	ExecdToken(ctx context.Context, id ID) (string, error)
+}

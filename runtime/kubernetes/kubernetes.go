@@ -52,6 +52,7 @@ var (
 	_ sandbox.HostSizer       = (*Runtime)(nil)
 	_ sandbox.ExtensionReader = (*Runtime)(nil)
 	_ sandbox.ExpiryExtender  = (*Runtime)(nil)
+	_ sandbox.ExecdTokener    = (*Runtime)(nil)
 )
 
 // Runtime runs sandboxes as pods of one namespace.
@@ -447,6 +448,14 @@ func (r *Runtime) token(id sandbox.ID) string {
 		return ""
 	}
 	return string(s.Data[secretKey])
+}
+
+// ExecdToken returns the execd token of a sandbox, started or not.
+func (r *Runtime) ExecdToken(ctx context.Context, id sandbox.ID) (string, error) {
+	if _, err := r.sandboxPod(ctx, id); err != nil {
+		return "", err
+	}
+	return r.tokenFor(ctx, id)
 }
 
 // tokenFor returns the sandbox's execd token, from the API server when
