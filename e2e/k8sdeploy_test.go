@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/sdk"
 )
@@ -28,9 +29,13 @@ import (
 // imports into the test cluster, under a tag of their own so that the
 // :latest images others use on the shared cluster stay as they are.
 const (
-	e2eServerImage = "opensandbox/server:e2e"
-	e2eExecdImage  = "opensandbox/execd:e2e"
+	e2eServerImage  = "opensandbox/server:e2e"
+	e2eExecdImage   = "opensandbox/execd:e2e"
+	e2eIngressImage = "opensandbox/ingress:e2e"
 )
+
+// e2eTag is the tag of the e2e images.
+const e2eTag = "e2e"
 
 // TestKubernetesDeployment installs deploy/kubernetes into a new namespace
 // of the local test cluster (make k8s-up) and drives the two server
@@ -40,36 +45,16 @@ const (
 // other, with nothing lost.
 func TestKubernetesDeployment(t *testing.T) {
 	k := needCluster(t)
-	testenv.MustHaveRoot(t) // importing images into the node's containerd
-	testenv.MustHaveImage(t, "opensandbox/busybox")
-
-	buildBinaryImage(t, e2eServerImage, serverBin, "65532:65532")
-	buildBinaryImage(t, e2eExecdImage, execdBin, "0")
-	imp := exec.Command(filepath.Join(k.root, "scripts", "k8s-images.sh"))
-	imp.Env = append(os.Environ(), "K8S_IMAGES="+e2eServerImage+" "+e2eExecdImage)
-	if out, err := imp.CombinedOutput(); err != nil {
-		t.Fatalf("import the images into the cluster: %v\n%s", err, out)
-	}
-
-	ns := "osb-e2e-" + randomHex(5)
-	k.must(t, "create", "namespace", ns)
-	t.Cleanup(func() {
-		// Everything the test made (server, sandboxes, their Secrets) is
-		// in the namespace.
-		if out, err := k.run("delete", "namespace", ns, "--wait=true", "--timeout=90s"); err != nil {
-			t.Logf("delete namespace %s: %v\n%s", ns, err, out)
-		}
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.dump(t, ns)
-		}
-	})
+	k.importImages(t)
+	ns := k.namespace(t)
 
 	key := randomKey()
-	overlay := writeOverlay(t, k.root, ns, key)
+	overlay := writeOverlay(t, k.root, ns, key, randomSigningKey(t))
 	k.must(t, "apply", "-k", overlay)
 	k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-server", "--timeout=120s")
+	// The gateway of the base runs too: its Role and projected token let
+	// it list the sandbox pods, or it would never be ready.
+	k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
 	pods := k.serverPods(t, ns, 2)
 	clusterIP := strings.TrimSpace(k.must(t, "-n", ns, "get", "service", "opensandbox-server", "-o", "jsonpath={.spec.clusterIP}"))
 
@@ -214,6 +199,55 @@ func newClient(t *testing.T, url, key string, proxy bool) *sdk.Client {
 	return c
 }
 
+// importImages builds the e2e images of the server, execd and the gateway
+// from this package's binaries and imports into the test cluster those
+// that changed; it needs root (the node's containerd) and the busybox
+// image sandboxes run.
+func (k *cluster) importImages(t *testing.T) {
+	t.Helper()
+	testenv.MustHaveRoot(t)
+	testenv.MustHaveImage(t, "opensandbox/busybox")
+	buildBinaryImage(t, e2eServerImage, serverBin, "65532:65532")
+	buildBinaryImage(t, e2eExecdImage, execdBin, "0")
+	buildBinaryImage(t, e2eIngressImage, ingressBin, "65532:65532")
+	imp := exec.Command(filepath.Join(k.root, "scripts", "k8s-images.sh"))
+	imp.Env = append(os.Environ(), "K8S_IMAGES="+e2eServerImage+" "+e2eExecdImage+" "+e2eIngressImage)
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("import the images into the cluster: %v\n%s", err, out)
+	}
+}
+
+// namespace makes a namespace for one test, deleted with everything in it
+// (servers, gateways, sandboxes, their Secrets) when the test ends; on a
+// failure its pods, events and logs are logged first.
+func (k *cluster) namespace(t *testing.T) string {
+	t.Helper()
+	ns := "osb-e2e-" + randomHex(5)
+	k.must(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		if out, err := k.run("delete", "namespace", ns, "--wait=true", "--timeout=90s"); err != nil {
+			t.Logf("delete namespace %s: %v\n%s", ns, err, out)
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			k.dump(t, ns)
+		}
+	})
+	return ns
+}
+
+// randomSigningKey is a gateway signing key, as opensandbox-server
+// gen-signing-key makes them.
+func randomSigningKey(t *testing.T) string {
+	t.Helper()
+	key, err := ingress.GenerateKey('e')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
 // cluster runs kubectl against the local test cluster.
 type cluster struct {
 	root, kubectl, kubeconfig string
@@ -269,6 +303,37 @@ type serverPod struct{ name, ip string }
 // deleted, failing the test unless there are want of them.
 func (k *cluster) serverPods(t *testing.T, ns string, want int) []serverPod {
 	t.Helper()
+	return k.readyPods(t, ns, "opensandbox-server", want)
+}
+
+// readyPods returns the pods labelled app.kubernetes.io/name=name that
+// are Ready and not being deleted, failing the test unless there are
+// want of them.
+func (k *cluster) readyPods(t *testing.T, ns, name string, want int) []serverPod {
+	t.Helper()
+	var pods []serverPod
+	all := k.podsOf(t, ns, name)
+	for _, p := range all {
+		if p.ready && !p.deleting && p.ip != "" {
+			pods = append(pods, serverPod{p.name, p.ip})
+		}
+	}
+	if len(pods) != want {
+		t.Fatalf("%d Ready pods of %s (%+v), want %d", len(pods), name, all, want)
+	}
+	return pods
+}
+
+// podInfo is one pod as podsOf reads it.
+type podInfo struct {
+	name, ip        string
+	ready, deleting bool
+}
+
+// podsOf lists the pods labelled app.kubernetes.io/name=name, those
+// being deleted included.
+func (k *cluster) podsOf(t *testing.T, ns, name string) []podInfo {
+	t.Helper()
 	var list struct {
 		Items []struct {
 			Metadata struct {
@@ -283,21 +348,16 @@ func (k *cluster) serverPods(t *testing.T, ns string, want int) []serverPod {
 			} `json:"status"`
 		} `json:"items"`
 	}
-	out := k.must(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name=opensandbox-server", "-o", "json")
+	out := k.must(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/name="+name, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		t.Fatalf("pods of the server: %v", err)
+		t.Fatalf("pods of %s: %v", name, err)
 	}
-	var pods []serverPod
+	var pods []podInfo
 	for _, p := range list.Items {
 		ready := slices.ContainsFunc(p.Status.Conditions, func(c struct{ Type, Status string }) bool {
 			return c.Type == "Ready" && c.Status == "True"
 		})
-		if ready && p.Metadata.DeletionTimestamp == nil && p.Status.PodIP != "" {
-			pods = append(pods, serverPod{p.Metadata.Name, p.Status.PodIP})
-		}
-	}
-	if len(pods) != want {
-		t.Fatalf("%d Ready server pods (%v), want %d", len(pods), pods, want)
+		pods = append(pods, podInfo{name: p.Metadata.Name, ip: p.Status.PodIP, ready: ready, deleting: p.Metadata.DeletionTimestamp != nil})
 	}
 	return pods
 }
@@ -311,12 +371,15 @@ func (k *cluster) dump(t *testing.T, ns string) {
 	t.Logf("events:\n%s", out)
 	out, _ = k.run("-n", ns, "logs", "-l", "app.kubernetes.io/name=opensandbox-server", "--tail=40", "--prefix", "--all-containers")
 	t.Logf("server logs:\n%s", out)
+	out, _ = k.run("-n", ns, "logs", "-l", "app.kubernetes.io/name=opensandbox-ingress", "--tail=40", "--prefix", "--all-containers")
+	t.Logf("gateway logs:\n%s", out)
 }
 
 // writeOverlay writes a kustomization that installs deploy/kubernetes/base
-// into ns with the test's images and a Secret holding key, and returns its
-// directory. The configuration is the base's, with the test's execd image.
-func writeOverlay(t *testing.T, root, ns, key string) string {
+// into ns with the test's images, a Secret holding the API key and one
+// holding the gateway's signing key, and returns its directory. The
+// configuration is the base's, with the test's execd image.
+func writeOverlay(t *testing.T, root, ns, key, signingKey string) string {
 	t.Helper()
 	dir := t.TempDir()
 	base := filepath.Join(root, "deploy", "kubernetes", "base")
@@ -340,7 +403,9 @@ resources:
   - %s
 images:
   - name: opensandbox/server
-    newTag: %s
+    newTag: %[3]s
+  - name: opensandbox/ingress
+    newTag: %[3]s
 configMapGenerator:
   - name: opensandbox-server-config
     behavior: replace
@@ -351,8 +416,13 @@ secretGenerator:
     options:
       disableNameSuffixHash: true
     literals:
-      - api-key=%s
-`, ns, rel, strings.TrimPrefix(e2eServerImage, "opensandbox/server:"), key)
+      - api-key=%[4]s
+  - name: opensandbox-ingress-keys
+    options:
+      disableNameSuffixHash: true
+    literals:
+      - keys=%[5]s
+`, ns, rel, e2eTag, key, signingKey)
 	for name, data := range map[string][]byte{"kustomization.yaml": []byte(kustomization), "config.toml": config} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)

@@ -151,6 +151,12 @@ func (s *Server) gatewayEndpoint(id sandbox.ID, port int, direct sandbox.Endpoin
 	if tok := direct.Headers[api.HeaderEgressAuth]; tok != "" {
 		headers[api.HeaderEgressAuth] = tok
 	}
+	// execd's token too, as a direct endpoint gives it: a gateway that
+	// reads the cluster's pods (osb-ingress --kubernetes) may not read
+	// the Secret that holds it, so the client sends it.
+	if tok := direct.Headers[sandbox.HeaderExecdToken]; tok != "" && port == api.ExecdPort {
+		headers[sandbox.HeaderExecdToken] = tok
+	}
 	if expires != nil {
 		labelMax := 0
 		if ic.RouteMode == RouteWildcard {

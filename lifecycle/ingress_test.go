@@ -95,6 +95,13 @@ func TestGatewayEndpoints(t *testing.T) {
 	if ep.Headers[api.HeaderEgressAuth] != "egress-token" || ep.Headers[api.HeaderIngressTo] != id+"-18080" {
 		t.Errorf("egress port through the gateway: %v", ep.Headers)
 	}
+	// execd's own port keeps execd's token, as a direct endpoint does: a
+	// gateway that reads pods only (Kubernetes) cannot add it.
+	ep = api.Endpoint{}
+	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+strconv.Itoa(api.ExecdPort), "").wantStatus(t, 200).decode(t, &ep)
+	if tok := ep.Headers[sandbox.HeaderExecdToken]; tok == "" || tok != rt.Token(sandbox.ID(id)) || ep.Headers[api.HeaderIngressTo] != id+"-"+strconv.Itoa(api.ExecdPort) {
+		t.Errorf("execd's port through the gateway: %v", ep.Headers)
+	}
 }
 
 // TestGatewayEndpointWithoutKeys: a gateway without signing keys gets
@@ -350,7 +357,8 @@ func TestGatewayEndpointWhileStarting(t *testing.T) {
 	id := e.create("")
 	var ep api.Endpoint
 	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/"+strconv.Itoa(api.ExecdPort), "").wantStatus(t, 200).decode(t, &ep)
-	if ep.Endpoint != id+"-"+strconv.Itoa(api.ExecdPort)+".sb.example.test" || !keys.CheckAccessToken(id, ep.Headers[api.HeaderSecureAccess]) {
+	if ep.Endpoint != id+"-"+strconv.Itoa(api.ExecdPort)+".sb.example.test" || !keys.CheckAccessToken(id, ep.Headers[api.HeaderSecureAccess]) ||
+		ep.Headers[sandbox.HeaderExecdToken] != rt.Token(sandbox.ID(id)) {
 		t.Fatalf("endpoint of a starting sandbox %+v", ep)
 	}
 	e.call("GET", "/v1/sandboxes/"+id+"/endpoints/18080", "").wantError(t, 503, api.CodeSandboxUnavailable)

@@ -261,6 +261,29 @@ func (m *Manager) Renew(ctx context.Context, id sandbox.ID, at time.Time) (time.
 	return at, nil
 }
 
+// RenewOnAccess moves a sandbox's expiry to at unless it is already at
+// or after at - slack; it never shortens one. It reports whether it
+// wrote. On a runtime shared by several servers (sandbox.ExpiryExtender)
+// the decision is made on the runtime's stored state in the same write,
+// so a renewal asked of every replica at once lands once.
+func (m *Manager) RenewOnAccess(ctx context.Context, id sandbox.ID, at time.Time, slack time.Duration) (bool, error) {
+	if ext, ok := m.rt.(sandbox.ExpiryExtender); ok {
+		_, wrote, err := ext.ExtendExpiry(ctx, id, at, slack)
+		return wrote, err
+	}
+	sb, err := m.rt.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if sb.ExpiresAt != nil && !sb.ExpiresAt.Before(at.Add(-slack)) {
+		return false, nil
+	}
+	if _, err := m.Renew(ctx, id, at); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // Pause freezes a sandbox, if the runtime can.
 func (m *Manager) Pause(ctx context.Context, id sandbox.ID) error {
 	p, ok := m.rt.(sandbox.Pauser)

@@ -250,7 +250,8 @@ func (s *Server) renewOnAccess(ctx context.Context, id sandbox.ID) {
 		s.renew.set(id, now.Add(10*time.Minute))
 		return
 	}
-	s.renew.set(id, now.Add(n/10))
+	every := n / 10
+	s.renew.set(id, now.Add(every))
 	if s.cfg.MaxTimeout > 0 {
 		n = min(n, s.cfg.MaxTimeout)
 	}
@@ -258,11 +259,16 @@ func (s *Server) renewOnAccess(ctx context.Context, id sandbox.ID) {
 	if !at.After(*sb.ExpiresAt) {
 		return
 	}
-	if _, err := s.m.Renew(context.WithoutCancel(ctx), id, at); err != nil {
+	// An expiry less than one throttle period short of at is left as it
+	// is: another replica (or gateway) renewed it a moment ago.
+	wrote, err := s.m.RenewOnAccess(context.WithoutCancel(ctx), id, at, every)
+	if err != nil {
 		s.log.Warn("renew on access", logSandbox, id, logErr, err)
 		return
 	}
-	s.log.Debug("renewed on access", logSandbox, id, "expiresAt", at.UTC())
+	if wrote {
+		s.log.Debug("renewed on access", logSandbox, id, "expiresAt", at.UTC())
+	}
 }
 
 // vaultWrite reports whether a request to the egress API's path rest

@@ -483,6 +483,15 @@ func TestRenewOnAccess(t *testing.T) {
 	if at := expiry(renewing); !at.Equal(far) {
 		t.Fatalf("access shortened the expiry from %v to %v", far, at)
 	}
+	// Nor when it is less than one throttle period (N/10) short of now +
+	// N: another replica renewed it a moment ago.
+	near := clk.Now().Add(61*time.Second + 545*time.Second).UTC()
+	setExpiry(renewing, near)
+	clk.advance(61 * time.Second)
+	access(renewing)
+	if at := expiry(renewing); !at.Equal(near) {
+		t.Fatalf("access rewrote an expiry 55 s short of now+600s: %v to %v", near, at)
+	}
 	// Not without the extension, nor without an expiry.
 	before := expiry(plain)
 	access(plain)

@@ -239,12 +239,21 @@ func (s *Server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 		// The route does not depend on where the sandbox runs, so it is
 		// answered while the sandbox starts (a pod without an address
 		// yet included); only the egress port's token comes from the
-		// runtime's endpoint.
+		// runtime's endpoint. execd's token comes with execd's port
+		// where the runtime tells it (a gateway that reads pods cannot
+		// add it, see gatewayEndpoint).
 		var direct sandbox.Endpoint
 		var err error
-		if port == sandbox.PortEgress {
+		tokener, hasToken := s.rt.(sandbox.ExecdTokener)
+		switch {
+		case port == sandbox.PortEgress:
 			direct, err = s.rt.Endpoint(r.Context(), id, port)
-		} else {
+		case port == api.ExecdPort && hasToken:
+			var tok string
+			if tok, err = tokener.ExecdToken(r.Context(), id); err == nil {
+				direct.Headers = map[string]string{sandbox.HeaderExecdToken: tok}
+			}
+		default:
 			_, err = s.rt.Get(r.Context(), id)
 		}
 		if err != nil {

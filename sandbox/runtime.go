@@ -184,3 +184,26 @@ type ExtensionReader interface {
 	// "*" stands for every key with what precedes it as a prefix.
 	ExtensionKeys() []string
 }
+
+// ExpiryExtender is a runtime that moves an expiry forward in one
+// conditional write, for renew-on-access when several servers share the
+// runtime's state: each replica may be asked to renew the same sandbox
+// at the same moment (by several gateways), and the renewal must land
+// once, never shortening the expiry.
+type ExpiryExtender interface {
+	// ExtendExpiry sets the sandbox's expiry to at, unless the expiry it
+	// has when the write is made is already at or after at - slack (or it
+	// has none: ErrConflict). The decision is made on the stored state,
+	// and a concurrent change makes the runtime decide again, so that of
+	// replicas asked at once only one writes. It returns the expiry after
+	// the call and whether this call wrote it.
+	ExtendExpiry(ctx context.Context, id ID, at time.Time, slack time.Duration) (time.Time, bool, error)
+}
+
+// ExecdTokener is a runtime that tells a sandbox's execd token from the
+// moment Create returns, without waiting for the sandbox's address: the
+// lifecycle server hands it out with execd's gateway endpoint, because a
+// gateway that reads only the cluster's pods cannot add it.
+type ExecdTokener interface {
+	ExecdToken(ctx context.Context, id ID) (string, error)
+}

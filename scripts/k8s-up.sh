@@ -4,7 +4,8 @@
 #
 #   - builds etcd and kube-apiserver, kube-scheduler, kube-controller-manager,
 #     kubelet, kube-proxy and kubectl into .k8s/bin (once: ~10 min cold on 2 cores,
-#     cached afterwards; see scripts/k8s/build.sh for the pinned versions);
+#     cached afterwards; see scripts/k8s/build.sh for the pinned versions),
+#     and helm (scripts/k8s/helm.sh), which installs deploy/helm/opensandbox;
 #   - installs Debian's containerd, runc and containernetworking-plugins when
 #     missing, and builds a local pause image;
 #   - starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager, a
@@ -34,6 +35,10 @@ all_alive() {
   local c
   for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done
 }
+
+# helm is no part of the cluster, only a client the tests use: built (once)
+# even when the cluster already runs.
+"$K8S_ROOT/scripts/k8s/helm.sh" >&2
 
 if all_alive && node_ready; then
   cp "$DATA/admin.kubeconfig" "$KUBECONFIG_OUT"

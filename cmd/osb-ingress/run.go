@@ -40,6 +40,10 @@ type source struct {
 	// renewer (nil otherwise). It runs once; ctx lasts as long as the
 	// gateway runs.
 	open func(ctx context.Context, log *slog.Logger) (ingress.Resolver, ingress.Renewer, error)
+	// renewVia names a source that may be chosen with this one: this
+	// one resolves, and the other's renewer renews (--kubernetes reads
+	// pods, and asks the --server to move an expiry).
+	renewVia string
 }
 
 // sources are the registered ways to find sandboxes.
@@ -64,6 +68,10 @@ type Main struct {
 	source *source
 	keys   keyFile
 	log    *slog.Logger
+
+	// renewSource is the source chosen beside source for its renewer
+	// (source.renewVia), or nil.
+	renewSource *source
 }
 
 // Defaults of the flags.
@@ -106,17 +114,24 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.W
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var names []string
+	var chosen []*source
 	for _, s := range sources {
 		names = append(names, "--"+s.name)
 		if s.chosen() {
-			if m.source != nil {
-				return fmt.Errorf("choose one of %s", strings.Join(names, ", "))
-			}
-			m.source = s
+			chosen = append(chosen, s)
 		}
 	}
-	if m.source == nil {
+	switch {
+	case len(chosen) == 0:
 		return fmt.Errorf("say where sandboxes are: one of %s", strings.Join(names, ", "))
+	case len(chosen) == 1:
+		m.source = chosen[0]
+	case len(chosen) == 2 && chosen[0].renewVia == chosen[1].name:
+		m.source, m.renewSource = chosen[0], chosen[1]
+	case len(chosen) == 2 && chosen[1].renewVia == chosen[0].name:
+		m.source, m.renewSource = chosen[1], chosen[0]
+	default:
+		return fmt.Errorf("choose one of %s", strings.Join(names, ", "))
 	}
 	if (m.TLSCert == "") != (m.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
@@ -162,6 +177,14 @@ func (m *Main) Run(ctx context.Context) error {
 	res, ren, err := m.source.open(ctx, m.log)
 	if err != nil {
 		return err
+	}
+	if m.renewSource != nil && ren == nil {
+		if _, ren, err = m.renewSource.open(ctx, m.log); err != nil {
+			return err
+		}
+	}
+	if ren == nil && m.source.renewVia != "" {
+		m.log.Warn("no --" + m.source.renewVia + ": sandboxes are not renewed on access")
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -17,10 +17,11 @@ import (
 )
 
 var (
-	_ sandbox.Runtime     = (*Runtime)(nil)
-	_ sandbox.Pauser      = (*Runtime)(nil)
-	_ sandbox.Snapshotter = (*Runtime)(nil)
-	_ sandbox.Diagnoser   = (*Runtime)(nil)
+	_ sandbox.Runtime      = (*Runtime)(nil)
+	_ sandbox.Pauser       = (*Runtime)(nil)
+	_ sandbox.Snapshotter  = (*Runtime)(nil)
+	_ sandbox.Diagnoser    = (*Runtime)(nil)
+	_ sandbox.ExecdTokener = (*Runtime)(nil)
 )
 
 // Runtime is the in-memory runtime. The zero value is not usable; call New.
@@ -222,6 +223,15 @@ func (r *Runtime) Token(id sandbox.ID) string {
 		return e.token
 	}
 	return ""
+}
+
+// ExecdToken returns the sandbox's execd token from its create on, as
+// the Kubernetes runtime does.
+func (r *Runtime) ExecdToken(ctx context.Context, id sandbox.ID) (string, error) {
+	if t := r.Token(id); t != "" {
+		return t, nil
+	}
+	return "", fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 }
 
 // SetExpiry records the expiry.

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -51,6 +52,8 @@ var (
 	_ sandbox.Limited         = (*Runtime)(nil)
 	_ sandbox.HostSizer       = (*Runtime)(nil)
 	_ sandbox.ExtensionReader = (*Runtime)(nil)
+	_ sandbox.ExpiryExtender  = (*Runtime)(nil)
+	_ sandbox.ExecdTokener    = (*Runtime)(nil)
 )
 
 // Runtime runs sandboxes as pods of one namespace.
@@ -121,14 +124,9 @@ func New(cfg Config, logger *slog.Logger) (*Runtime, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	routeKlog(logger)
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if cfg.Kubeconfig != "" {
-		rules.ExplicitPath = cfg.Kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	rest, err := cc.ClientConfig()
+	cc, rc, err := clientConfig(cfg.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration (kubeconfig, KUBECONFIG or in-cluster): %w", err)
+		return nil, err
 	}
 	ns := cfg.Namespace
 	if ns == "" {
@@ -138,13 +136,31 @@ func New(cfg Config, logger *slog.Logger) (*Runtime, error) {
 	}
 	// Creates come in bursts (a pool refill, many agents at once); the
 	// client's default of 5 requests a second would queue them.
-	rest.QPS, rest.Burst = 200, 400
-	rest.UserAgent = "opensandbox-server"
-	cs, err := kubernetes.NewForConfig(rest)
+	rc.QPS, rc.Burst = 200, 400
+	rc.UserAgent = "opensandbox-server"
+	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return newRuntime(cfg, cs, ns, logger)
+}
+
+// clientConfig loads the client configuration every client of the
+// cluster here uses (the runtime, the gateway's PodResolver): the file
+// kubeconfig when given, else KUBECONFIG or ~/.kube/config, else the
+// pod's service account when running in a cluster. The ClientConfig
+// also answers the default namespace (the context's, or the pod's own).
+func clientConfig(kubeconfig string) (clientcmd.ClientConfig, *rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client configuration (kubeconfig, KUBECONFIG or in-cluster): %w", err)
+	}
+	return cc, rc, nil
 }
 
 func newRuntime(cfg Config, cs kubernetes.Interface, ns string, logger *slog.Logger) (*Runtime, error) {
@@ -584,6 +600,14 @@ func (r *Runtime) token(id sandbox.ID) string {
 	return string(s.Data[secretKey])
 }
 
+// ExecdToken returns the execd token of a sandbox, started or not.
+func (r *Runtime) ExecdToken(ctx context.Context, id sandbox.ID) (string, error) {
+	if _, err := r.sandboxPod(ctx, id); err != nil {
+		return "", err
+	}
+	return r.tokenFor(ctx, id)
+}
+
 // tokenFor returns the sandbox's execd token, from the API server when
 // the informer does not have its Secret yet (the pod's and the Secret's
 // watches deliver independently).
@@ -867,31 +891,51 @@ func (r *Runtime) remove(ctx context.Context, pod *corev1.Pod, exact bool) error
 // updatePod applies change to the sandbox's pod, retrying on conflicts
 // with the API server's latest version.
 func (r *Runtime) updatePod(ctx context.Context, id sandbox.ID, change func(*corev1.Pod)) (*corev1.Pod, error) {
+	pod, _, err := r.updatePodIf(ctx, id, func(p *corev1.Pod) bool {
+		change(p)
+		return true
+	})
+	return pod, err
+}
+
+// updatePodIf is updatePod for a change that may find nothing to do:
+// change edits a copy of the pod and reports whether to write it. Each
+// write is conditioned on the version of the pod change saw (the
+// informer's, then the API server's latest after a conflict), so change
+// decides on the state its write replaces. It returns the pod as written,
+// or as judged when there was nothing to write.
+func (r *Runtime) updatePodIf(ctx context.Context, id sandbox.ID, change func(*corev1.Pod) bool) (*corev1.Pod, bool, error) {
 	pod, err := r.sandboxPod(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out *corev1.Pod
+	wrote := false
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p := pod.DeepCopy()
-		change(p)
+		if !change(p) {
+			out, wrote = pod, false
+			return nil
+		}
 		updated, err := r.cs.CoreV1().Pods(r.ns).Update(ctx, p, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			if latest, gerr := r.cs.CoreV1().Pods(r.ns).Get(ctx, pod.Name, metav1.GetOptions{}); gerr == nil {
 				pod = latest
 			}
 		}
-		out = updated
+		out, wrote = updated, err == nil
 		return err
 	})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, notFound(id)
+			return nil, false, notFound(id)
 		}
-		return nil, apiError("update the sandbox's pod", err)
+		return nil, false, apiError("update the sandbox's pod", err)
 	}
-	r.podWrite.wrote(out)
-	return out, nil
+	if wrote {
+		r.podWrite.wrote(out)
+	}
+	return out, wrote, nil
 }
 
 // SetExpiry records the expiry in the pod's annotations.
@@ -904,6 +948,39 @@ func (r *Runtime) SetExpiry(ctx context.Context, id sandbox.ID, at *time.Time) e
 		}
 	})
 	return err
+}
+
+// ExtendExpiry moves the expiry in the pod's annotations to at, unless it
+// is already at or after at - slack: renew-on-access, asked of every
+// server replica that a gateway's renewal reaches. The update carries the
+// resourceVersion of the pod it judged, so of two replicas that judged
+// the same version one write fails with a conflict, and that replica
+// judges again on the pod the other wrote, and finds nothing to do.
+func (r *Runtime) ExtendExpiry(ctx context.Context, id sandbox.ID, at time.Time, slack time.Duration) (time.Time, bool, error) {
+	at = at.UTC()
+	var expires time.Time
+	hasExpiry := true
+	_, wrote, err := r.updatePodIf(ctx, id, func(p *corev1.Pod) bool {
+		cur, err := time.Parse(time.RFC3339Nano, p.Annotations[annExpires])
+		if hasExpiry = err == nil; !hasExpiry {
+			return false
+		}
+		if !cur.Before(at.Add(-slack)) {
+			expires = cur
+			return false
+		}
+		p.Annotations[annExpires] = at.Format(time.RFC3339Nano)
+		expires = at
+		return true
+	})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if !hasExpiry {
+		return time.Time{}, false, sandbox.Coded(sandbox.ErrConflict, api.CodeKubernetesInvalidExpiration,
+			fmt.Sprintf("sandbox %s was created without a timeout and has no expiration to extend", id))
+	}
+	return expires, wrote, nil
 }
 
 // PatchMetadata merges patch into the metadata annotation and its label

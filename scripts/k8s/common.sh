@@ -33,7 +33,7 @@ SERVICE_CIDR=10.96.0.0/16
 APISERVER=https://127.0.0.1:6443
 PAUSE_IMAGE=opensandbox/pause:1.0
 # Local images imported into the node (built by `make images`).
-K8S_IMAGES=${K8S_IMAGES:-opensandbox/busybox opensandbox/python:3.11 opensandbox/code-interpreter opensandbox/execd opensandbox/server opensandbox/egress}
+K8S_IMAGES=${K8S_IMAGES:-opensandbox/busybox opensandbox/python:3.11 opensandbox/code-interpreter opensandbox/execd opensandbox/server opensandbox/egress opensandbox/ingress}
 # The processes k8s-up.sh starts, in order.
 COMPONENTS=(etcd kube-apiserver kube-scheduler kube-controller-manager containerd kubelet kube-proxy)
 

@@ -1,0 +1,379 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/internal/testenv"
+	"github.com/opensandbox/opensandbox/sdk"
+)
+
+// TestKubernetesHelmGateway installs deploy/helm/opensandbox once into a
+// fresh namespace of the local test cluster, in the gateway mode of the
+// endpoint API, and then, from outside the cluster as a client on the
+// host:
+//
+//	install: creates a sandbox through the server's Service and reaches
+//	  its execd and a web server in it through the gateway's Service
+//	  with the headers the endpoint API gives; traffic through the
+//	  gateway renews the sandbox on access (two gateways, two servers);
+//	replica: deletes one of the two gateway replicas, then kills another
+//	  outright, under a steady request loop: the other keeps serving;
+//	no-server: scales the servers to zero: routes keep working, through
+//	  a gateway replica started after the servers went too.
+func TestKubernetesHelmGateway(t *testing.T) {
+	k := needCluster(t)
+	helm := k.helm(t)
+	k.importImages(t)
+	ns := k.namespace(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
+	defer cancel()
+
+	key, signing := randomKey(), randomSigningKey(t)
+	k.must(t, "-n", ns, "create", "secret", "generic", "opensandbox-server", "--from-literal=api-key="+key)
+	k.must(t, "-n", ns, "create", "secret", "generic", "opensandbox-ingress-keys", "--from-literal=keys="+signing)
+
+	var st gatewayState
+	ok := t.Run("install", func(t *testing.T) {
+		start := time.Now()
+		chart := filepath.Join(k.root, "deploy", "helm", "opensandbox")
+		images := []string{"--set", "server.image.tag=" + e2eTag, "--set", "ingress.gateway.image.tag=" + e2eTag,
+			"--set", "runtime.execd_image=" + e2eExecdImage}
+		helm.must(t, append([]string{"install", "opensandbox", chart, "-n", ns}, images...)...)
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
+		st.gateway = k.clusterIP(t, ns, "opensandbox-ingress") + ":80"
+		server := k.clusterIP(t, ns, "opensandbox-server") + ":80"
+		// The endpoint API answers the gateway's address, which is known
+		// once its Service exists: an upgrade sets it, and the new
+		// configuration rolls the servers. The test cluster has no DNS,
+		// so the gateways reach the servers (to renew) at the ClusterIP.
+		helm.must(t, append([]string{"upgrade", "opensandbox", chart, "-n", ns, "--reuse-values",
+			"--set", "ingress.mode=gateway", "--set", "ingress.address=" + st.gateway,
+			"--set", "ingress.gateway.extraArgs={--server=http://" + server + "}"}, images...)...)
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-server", "--timeout=120s")
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
+		c := newClient(t, "http://"+server, key, false)
+		waitHealthy(t, ctx, c, server)
+		t.Logf("installed and upgraded to gateway mode in %v", time.Since(start).Round(time.Millisecond))
+
+		// Create waits for execd to answer at its endpoint: through the
+		// gateway.
+		start = time.Now()
+		sb, err := c.Create(ctx, sdk.CreateOptions{Image: "opensandbox/busybox", ReadyTimeout: 90 * time.Second,
+			Timeout:    5 * time.Minute,
+			Extensions: map[string]string{api.ExtensionRenewExtend: "1800"},
+			Entrypoint: []string{"sh", "-c", "mkdir -p /www && echo hello through the gateway >/www/index.html && exec httpd -f -p 8080 -h /www"}})
+		if err != nil {
+			t.Fatalf("create a sandbox through the chart's server: %v", err)
+		}
+		st.sandbox = sb
+		if exe, err := sb.Run(ctx, "echo hi", nil); err != nil || exe.Stdout != "hi\n" {
+			t.Fatalf("command in the sandbox through the gateway: %+v, %v", exe, err)
+		}
+		ep, err := sb.Endpoint(ctx, 8080)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep.Endpoint != st.gateway || ep.Headers[api.HeaderIngressTo] != sb.ID+"-8080" || ep.Headers[api.HeaderSecureAccess] == "" {
+			t.Fatalf("endpoint of port 8080: %+v, want the gateway %s in header mode", ep, st.gateway)
+		}
+		st.headers = ep.Headers
+		st.url = "http://" + st.gateway + "/"
+		hc := &http.Client{Timeout: 5 * time.Second}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			code, body, err := st.get(hc, st.url)
+			if err == nil && code == http.StatusOK && body == "hello through the gateway\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s through the gateway: %d %q %v", st.url, code, body, err)
+			}
+		}
+		t.Logf("sandbox %s created, its command and web server reached through the gateway in %v", sb.ID, time.Since(start).Round(time.Millisecond))
+		noAuth := map[string]string{api.HeaderIngressTo: sb.ID + "-8080"}
+		if code, body, _ := (&gatewayState{headers: noAuth}).get(hc, st.url); code != http.StatusUnauthorized {
+			t.Fatalf("without the access token: %d %s", code, body)
+		}
+
+		// The traffic above renewed the sandbox: its expiry, 5 minutes
+		// after the create, is now 30 minutes after the first request.
+		info, err := c.Get(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); info.ExpiresAt == nil || time.Until(*info.ExpiresAt) < 25*time.Minute; time.Sleep(250 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("expiry %v after traffic through the gateway, want about 30 minutes ahead", info.ExpiresAt)
+			}
+			if info, err = c.Get(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("renewed on access: expires in %v", time.Until(*info.ExpiresAt).Round(time.Second))
+	})
+	if !ok {
+		return
+	}
+
+	t.Run("replica", func(t *testing.T) {
+		start := time.Now()
+		pods := k.readyPods(t, ns, "opensandbox-ingress", 2)
+		gone, survivor := pods[0], pods[1]
+		// A deletion (a drain, a rolling update): through the Service,
+		// no request fails.
+		loop := st.traffic(ctx, map[string]string{"service": st.url, survivor.name: "http://" + survivor.ip + ":8090/"})
+		time.Sleep(2 * time.Second)
+		killed := time.Now()
+		k.must(t, "-n", ns, "delete", "pod", gone.name, "--wait=false")
+		k.waitPodGone(t, ns, gone.name, 60*time.Second)
+		time.Sleep(time.Second)
+		res := loop.stop()
+		res.check(t, "deleting "+gone.name, killed, 0)
+
+		// A kill: the pod is gone at once, without notice. The survivor
+		// misses nothing; through the Service, requests may fail only
+		// until the Service forgets the pod.
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
+		pods = k.readyPods(t, ns, "opensandbox-ingress", 2)
+		victim := pods[0]
+		if victim.name == survivor.name {
+			victim = pods[1]
+		}
+		loop = st.traffic(ctx, map[string]string{"service": st.url, survivor.name: "http://" + survivor.ip + ":8090/"})
+		time.Sleep(2 * time.Second)
+		killed = time.Now()
+		k.must(t, "-n", ns, "delete", "pod", victim.name, "--grace-period=0", "--force")
+		time.Sleep(8 * time.Second)
+		res = loop.stop()
+		res.check(t, "killing "+victim.name, killed, 5*time.Second)
+		t.Logf("two replica losses under traffic in %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("no-server", func(t *testing.T) {
+		start := time.Now()
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
+		k.must(t, "-n", ns, "scale", "deployment/opensandbox-server", "--replicas=0")
+		for deadline := time.Now().Add(60 * time.Second); len(k.podsOf(t, ns, "opensandbox-server")) > 0; time.Sleep(250 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("server pods still there a minute after scaling to zero: %v", k.podsOf(t, ns, "opensandbox-server"))
+			}
+		}
+		if out, err := k.run("-n", ns, "get", "endpointslices", "-l", "kubernetes.io/service-name=opensandbox-server", "-o", "jsonpath={.items[*].endpoints}"); err != nil || strings.Contains(out, "addresses") {
+			t.Fatalf("the server Service still has endpoints: %s %v", out, err)
+		}
+		// A gateway replica that starts now, with no server anywhere,
+		// becomes ready and routes.
+		pods := k.readyPods(t, ns, "opensandbox-ingress", 2)
+		k.must(t, "-n", ns, "delete", "pod", pods[0].name, "--wait=false")
+		k.waitPodGone(t, ns, pods[0].name, 60*time.Second)
+		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		for _, p := range k.readyPods(t, ns, "opensandbox-ingress", 2) {
+			code, body, err := st.get(hc, "http://"+p.ip+":8090/")
+			if err != nil || code != http.StatusOK || body != "hello through the gateway\n" {
+				t.Fatalf("through gateway %s with no server: %d %q %v", p.name, code, body, err)
+			}
+		}
+		for i := range 20 {
+			code, body, err := st.get(hc, st.url)
+			if err != nil || code != http.StatusOK || body != "hello through the gateway\n" {
+				t.Fatalf("request %d through the gateway's Service with no server: %d %q %v", i, code, body, err)
+			}
+		}
+		t.Logf("with the servers scaled to zero, both gateways (one started since) route; %v", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// gatewayState is what the subtests share: the gateway's address and a
+// route to the sandbox's web server, with the headers that authorize it.
+type gatewayState struct {
+	gateway string
+	url     string
+	headers map[string]string
+	sandbox *sdk.Sandbox
+}
+
+// get sends GET url with the route's headers.
+func (st *gatewayState) get(hc *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	for k, v := range st.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// attempt is one request of a traffic loop.
+type attempt struct {
+	via        string
+	start, end time.Time
+	err        error
+}
+
+type trafficLoop struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	all    []attempt
+}
+
+// traffic sends requests to each of urls, two at a time each, on new
+// connections (so that the Service's choice of replica is made anew for
+// each), until stop.
+func (st *gatewayState) traffic(ctx context.Context, urls map[string]string) *trafficLoop {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &trafficLoop{cancel: cancel}
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for via, url := range urls {
+		for range 2 {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				for ctx.Err() == nil {
+					a := attempt{via: via, start: time.Now()}
+					code, body, err := st.get(hc, url)
+					if err == nil && (code != http.StatusOK || body != "hello through the gateway\n") {
+						err = fmt.Errorf("%d %q", code, body)
+					}
+					a.end, a.err = time.Now(), err
+					if ctx.Err() != nil {
+						return // cut by stop, not by the gateway
+					}
+					l.mu.Lock()
+					l.all = append(l.all, a)
+					l.mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	return l
+}
+
+func (l *trafficLoop) stop() trafficResult {
+	l.cancel()
+	l.wg.Wait()
+	return trafficResult(l.all)
+}
+
+type trafficResult []attempt
+
+// check fails the test for any request that failed, except those in
+// flight when the replica went and, through the Service, those that
+// started within window after it (the time a Service takes to forget a
+// pod that vanished unannounced).
+func (r trafficResult) check(t *testing.T, what string, killed time.Time, window time.Duration) {
+	t.Helper()
+	type tally struct{ ok, failed, excused int }
+	by := map[string]*tally{}
+	for _, a := range r {
+		tl := by[a.via]
+		if tl == nil {
+			tl = &tally{}
+			by[a.via] = tl
+		}
+		switch {
+		case a.err == nil:
+			tl.ok++
+		case a.start.Before(killed) && a.end.After(killed):
+			tl.excused++
+		case a.via == "service" && a.start.Before(killed.Add(window)):
+			tl.excused++
+		default:
+			tl.failed++
+			t.Errorf("%s: request through %s started %v after, failed: %v", what, a.via, a.start.Sub(killed).Round(time.Millisecond), a.err)
+		}
+	}
+	var after int
+	for _, a := range r {
+		if a.err == nil && a.start.After(killed.Add(window)) {
+			after++
+		}
+	}
+	if after < 20 {
+		t.Errorf("%s: only %d requests succeeded after the replica went", what, after)
+	}
+	var b strings.Builder
+	for via, tl := range by {
+		fmt.Fprintf(&b, " %s: %d ok, %d failed, %d in flight or in the Service's window;", via, tl.ok, tl.failed, tl.excused)
+	}
+	t.Logf("%s under traffic:%s", what, b.String())
+}
+
+// helmCLI runs the helm that scripts/k8s/helm.sh builds against the test
+// cluster, with a configuration of its own.
+type helmCLI struct {
+	bin, kubeconfig, home string
+}
+
+// helm returns the test cluster's helm, or marks it missing.
+func (k *cluster) helm(t *testing.T) *helmCLI {
+	t.Helper()
+	bin := filepath.Join(k.root, ".k8s", "bin", "helm")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "no helm at %s (%v); make k8s-up builds it (scripts/k8s/helm.sh)", bin, err)
+	}
+	return &helmCLI{bin: bin, kubeconfig: k.kubeconfig, home: t.TempDir()}
+}
+
+func (h *helmCLI) must(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.bin, append(args, "--kubeconfig", h.kubeconfig)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+h.home, "HELM_CONFIG_HOME="+h.home, "HELM_DATA_HOME="+h.home)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+func (k *cluster) clusterIP(t *testing.T, ns, service string) string {
+	t.Helper()
+	return strings.TrimSpace(k.must(t, "-n", ns, "get", "service", service, "-o", "jsonpath={.spec.clusterIP}"))
+}
+
+// waitPodGone waits until the pod no longer exists.
+func (k *cluster) waitPodGone(t *testing.T, ns, pod string, timeout time.Duration) {
+	t.Helper()
+	if out, err := k.run("-n", ns, "wait", "--for=delete", "pod/"+pod, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds()))); err != nil &&
+		!strings.Contains(out, "not found") {
+		t.Fatalf("pod %s still there after %v: %v\n%s", pod, timeout, err, out)
+	}
+}
+
+// waitHealthy waits until the server at addr answers its health check
+// (kube-proxy programs a new Service within about a second).
+func waitHealthy(t *testing.T, ctx context.Context, c *sdk.Client, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		h, err := c.Health(ctx)
+		if err == nil && h.Status == "healthy" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health of %s: %+v, %v", addr, h, err)
+		}
+	}
+}
