@@ -62,8 +62,11 @@ func TestKubernetesDeployment(t *testing.T) {
 	defer cancel()
 	viaService := newClient(t, "http://"+clusterIP+":80", key, false)
 	// kube-proxy programs a new Service within about a second of its
-	// endpoints; until then connections to it are refused.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	// endpoints; until then connections to it are refused. On a loaded
+	// machine, a ClusterIP just freed by another test's namespace can
+	// still lead to that namespace's pods for a while (a run saw 404s
+	// for 30 s), so the wait is generous; the first healthy answer ends it.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		h, err := viaService.Health(ctx)
 		if err == nil && h.Status == "healthy" {
 			break
