@@ -49,16 +49,8 @@ type Config struct {
 	// failures are kept a quarter of it.
 	CacheTTL time.Duration
 	// Transport carries requests to sandboxes; default a shared pool of
-	// HTTP/1.1 connections (DefaultTransport). GETs and HEADs of HTTP/1.x
-	// clients go over the gateway's own connections instead, unless
-	// SpliceMin is negative.
+	// HTTP/1.1 connections (DefaultTransport).
 	Transport http.RoundTripper
-	// SpliceMin is the smallest Content-Length of a GET's answer that
-	// the gateway copies from the sandbox to the client with splice(2),
-	// never through its memory, on a connection it then closes; default
-	// DefaultSpliceMin (1 MiB), a negative value turns the zero-copy
-	// path off.
-	SpliceMin int64
 }
 
 // Defaults of Config.
@@ -107,8 +99,6 @@ type Gateway struct {
 	renewing atomic.Int32
 	metrics  *metrics
 	health   http.Handler
-	pool     *backendPool // the zero-copy path's connections
-	dialer   net.Dialer
 }
 
 // New returns a gateway; it fails when the configuration is incomplete
@@ -129,9 +119,6 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = DefaultTransport
 	}
-	if cfg.SpliceMin == 0 {
-		cfg.SpliceMin = DefaultSpliceMin
-	}
 	cfg.Domain = normalizeDomain(cfg.Domain)
 	log := cfg.Logger
 	if log == nil {
@@ -147,12 +134,10 @@ func New(cfg Config) (*Gateway, error) {
 		cache:   newTargetCache(cfg.Resolver, cfg.CacheTTL),
 		renew:   renewThrottle{next: map[string]time.Time{}},
 		metrics: m,
-		pool:    &backendPool{},
-		dialer:  net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        rewrite,
-		Transport:      roundTripperFunc(g.roundTrip),
+		Transport:      cfg.Transport,
 		FlushInterval:  -1,
 		BufferPool:     bufferPool{},
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
@@ -207,7 +192,6 @@ type forward struct {
 	headers   map[string]string
 	requestID string
 	x         *exchange
-	splice    *splicer // set when the request may take the zero-copy path
 }
 
 type forwardKey struct{}
@@ -235,7 +219,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(api.HeaderRequestID, reqID)
 	var in atomic.Int64
 	rw := &respWriter{ResponseWriter: w, in: &in}
-	maySplice := g.cfg.SpliceMin > 0 && spliceEligible(w, r)
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &countBody{ReadCloser: r.Body, n: &in}
 	}
@@ -333,10 +316,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		path = "/"
 	}
 	f := &forward{host: host, path: path, headers: t.Headers, requestID: reqID, x: x}
-	if maySplice {
-		f.splice = &splicer{req: r, pool: g.pool, x: x}
-		rw.splice = f.splice
-	}
 	g.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), forwardKey{}, f)))
 }
 

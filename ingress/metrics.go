@@ -103,20 +103,9 @@ type respWriter struct {
 	code int
 	out  atomic.Int64
 	in   *atomic.Int64
-	// splice, set for requests that may take the zero-copy path, takes
-	// over the status write when the transport found a response for it.
-	splice *splicer
 }
 
 func (w *respWriter) WriteHeader(code int) {
-	if s := w.splice; s != nil {
-		if s.done {
-			return
-		}
-		if s.pending != nil && code == s.pending.resp.StatusCode && s.serve(w, code) {
-			return
-		}
-	}
 	if w.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.code = code
 	}
@@ -124,9 +113,6 @@ func (w *respWriter) WriteHeader(code int) {
 }
 
 func (w *respWriter) Write(b []byte) (int, error) {
-	if w.splice != nil && w.splice.done {
-		return 0, http.ErrHijacked
-	}
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
@@ -140,9 +126,6 @@ func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // FlushError flushes the wrapped ResponseWriter.
 func (w *respWriter) FlushError() error {
-	if w.splice != nil && w.splice.done {
-		return nil
-	}
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
