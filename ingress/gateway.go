@@ -2,8 +2,6 @@ package ingress
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -215,7 +213,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.activeReqs.Inc()
 	defer g.metrics.activeReqs.Dec()
 
-	reqID := requestID(r.Header.Get(api.HeaderRequestID))
+	reqID := httpx.RequestID(r.Header.Get(api.HeaderRequestID))
 	w.Header().Set(api.HeaderRequestID, reqID)
 	var in atomic.Int64
 	rw := &respWriter{ResponseWriter: w, in: &in}
@@ -529,22 +527,6 @@ func (g *Gateway) ready(ctx context.Context) error {
 	return err
 }
 
-// requestID returns the client's X-Request-ID when it is 1 to 128
-// printable ASCII characters, else a new one of 32 hex characters.
-func requestID(client string) string {
-	if n := len(client); n >= 1 && n <= 128 {
-		ok := true
-		for i := 0; i < n && ok; i++ {
-			ok = client[i] >= 0x20 && client[i] <= 0x7e
-		}
-		if ok {
-			return client
-		}
-	}
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // bufferPool lends the reverse proxy its copy buffers.
 type bufferPool struct{}
