@@ -527,7 +527,6 @@ func (g *Gateway) ready(ctx context.Context) error {
 	return err
 }
 
-
 // bufferPool lends the reverse proxy its copy buffers.
 type bufferPool struct{}
 
@@ -535,3 +534,27 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize);
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// HTTPServer returns the http.Server a gateway listens with, serving h
+// (the gateway, or a handler around it): HTTP/1.1, with HTTP/2 over TLS
+// when withTLS and h2c otherwise, bounded header reads, idle connections
+// closed after two minutes, the gateway's connection gauge, and the
+// server's own errors at debug level in log.
+func (g *Gateway) HTTPServer(h http.Handler, withTLS bool, log *slog.Logger) *http.Server {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	if withTLS {
+		protos.SetHTTP2(true)
+	} else {
+		protos.SetUnencryptedHTTP2(true)
+	}
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         g.ConnState,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}

@@ -289,7 +289,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(sw, r)
 }
 
-
 // recoverPanic answers a panicking request with a 500 envelope and logs
 // the stack. http.ErrAbortHandler, the proxy's way of dropping a
 // connection mid-stream, passes through.
