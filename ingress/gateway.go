@@ -2,8 +2,6 @@ package ingress
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -215,7 +213,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.metrics.activeReqs.Inc()
 	defer g.metrics.activeReqs.Dec()
 
-	reqID := requestID(r.Header.Get(api.HeaderRequestID))
+	reqID := httpx.RequestID(r.Header.Get(api.HeaderRequestID))
 	w.Header().Set(api.HeaderRequestID, reqID)
 	var in atomic.Int64
 	rw := &respWriter{ResponseWriter: w, in: &in}
@@ -529,23 +527,6 @@ func (g *Gateway) ready(ctx context.Context) error {
 	return err
 }
 
-// requestID returns the client's X-Request-ID when it is 1 to 128
-// printable ASCII characters, else a new one of 32 hex characters.
-func requestID(client string) string {
-	if n := len(client); n >= 1 && n <= 128 {
-		ok := true
-		for i := 0; i < n && ok; i++ {
-			ok = client[i] >= 0x20 && client[i] <= 0x7e
-		}
-		if ok {
-			return client
-		}
-	}
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // bufferPool lends the reverse proxy its copy buffers.
 type bufferPool struct{}
 
@@ -553,3 +534,27 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize);
 
 func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
+
+// HTTPServer returns the http.Server a gateway listens with, serving h
+// (the gateway, or a handler around it): HTTP/1.1, with HTTP/2 over TLS
+// when withTLS and h2c otherwise, bounded header reads, idle connections
+// closed after two minutes, the gateway's connection gauge, and the
+// server's own errors at debug level in log.
+func (g *Gateway) HTTPServer(h http.Handler, withTLS bool, log *slog.Logger) *http.Server {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	if withTLS {
+		protos.SetHTTP2(true)
+	} else {
+		protos.SetUnencryptedHTTP2(true)
+	}
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         g.ConnState,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}

@@ -17,6 +17,7 @@ func TestDeps(t *testing.T) {
 		"api/...":      "the wire types",
 		"internal/...": "HTTP helpers and host paths",
 		"egress":       "the policy model, to check network policies at create (standard library and api only)",
+		"ingress":      "the gateway's resolver contract, to be an in-process gateway's source of sandboxes",
 	}, Forbid: map[string]string{
 		"runtime/...": "it is handed a sandbox.Runtime and never knows which",
 		"execd/...":   "servers never import each other",

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
+	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/sandbox"
 )
 
@@ -241,6 +242,25 @@ func (s *Server) IngressRenew(ctx context.Context, id string, port int) error {
 	}
 	s.renewOnAccess(ctx, sandbox.ID(id))
 	return nil
+}
+
+// InProcessGateway is the server as an in-process gateway's source of
+// sandboxes (ingress.Resolver and ingress.Renewer), without HTTP: an
+// unknown sandbox is ingress.ErrNotFound.
+type InProcessGateway struct{ Server *Server }
+
+// Target implements ingress.Resolver.
+func (g InProcessGateway) Target(ctx context.Context, id string, port int) (api.IngressTarget, error) {
+	t, err := g.Server.IngressTarget(ctx, id, port)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return t, fmt.Errorf("sandbox %s: %w", id, ingress.ErrNotFound)
+	}
+	return t, err
+}
+
+// Renew implements ingress.Renewer.
+func (g InProcessGateway) Renew(ctx context.Context, id string, port int) error {
+	return g.Server.IngressRenew(ctx, id, port)
 }
 
 // ingressTarget answers GET /ingress/targets/{id}/{port}.

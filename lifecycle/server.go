@@ -3,9 +3,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -255,7 +253,7 @@ type routeSlot struct{ label string }
 // authenticates everything else before the route table.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id := requestID(r.Header.Get(api.HeaderRequestID))
+	id := httpx.RequestID(r.Header.Get(api.HeaderRequestID))
 	w.Header().Set(api.HeaderRequestID, id)
 	route := &routeSlot{}
 	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeKey{}, route))
@@ -289,23 +287,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
-}
-
-// requestID returns the client's request id if it is 1 to 128 printable
-// ASCII characters, else a new one of 32 lower-case hex digits.
-func requestID(client string) string {
-	if n := len(client); n >= 1 && n <= 128 {
-		ok := true
-		for i := 0; i < n && ok; i++ {
-			ok = client[i] >= 0x20 && client[i] <= 0x7e
-		}
-		if ok {
-			return client
-		}
-	}
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // recoverPanic answers a panicking request with a 500 envelope and logs

@@ -131,17 +131,7 @@ func run(ctx context.Context, set settings, mode, out, serverLog string) int {
 		RatioNote:   "with a policy / without one (the baseline; for the RSS row, idle): above 1 costs more time or memory, below 1 moves fewer bytes",
 		RatioFormat: "%.2fx"}
 	rep.Print(os.Stdout)
-	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
-	status := 0
-	if err := rep.Write(out); err != nil {
-		fmt.Fprintln(os.Stderr, "egressbench:", err)
-		status = 1
-	}
-	for _, err := range failed {
-		fmt.Fprintln(os.Stderr, "egressbench:", err)
-		status = 1
-	}
-	return status
+	return rep.Finish("egressbench", out, start, failed)
 }
 
 // bench holds what every step needs.

@@ -164,17 +164,7 @@ func run(ctx context.Context, set settings, mode, out string) int {
 		RatioNote:   "through the gateway / the baseline: above 1 costs more time or memory, below 1 moves fewer requests or bytes; " + strconv.Itoa(runtime.NumCPU()) + " CPUs shared by client, gateway and backend; load average " + load0 + " at the start",
 		RatioFormat: "%.2fx"}
 	rep.Print(os.Stdout)
-	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
-	status := 0
-	if err := rep.Write(out); err != nil {
-		fmt.Fprintln(os.Stderr, "ingressbench:", err)
-		status = 1
-	}
-	for _, err := range failed {
-		fmt.Fprintln(os.Stderr, "ingressbench:", err)
-		status = 1
-	}
-	return status
+	return rep.Finish("ingressbench", out, start, failed)
 }
 
 // setup starts the backend process, the stand-in server, and the

@@ -139,12 +139,7 @@ func run(ctx context.Context, set settings, mode, out, kubeconfig, serverLog str
 		RatioFormat: "%.2fx"}
 	rep.Print(os.Stdout)
 	b.printPhases(os.Stdout)
-	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
-	if err := rep.Write(out); err != nil {
-		fmt.Fprintln(os.Stderr, "k8sbench:", err)
-		return 1
-	}
-	return 0
+	return rep.Finish("k8sbench", out, start, nil)
 }
 
 // errTimeout is a step that did not finish in its time.

@@ -111,17 +111,7 @@ func run(ctx context.Context, set settings, mode, out, serverLog string) int {
 		RatioNote:   "how many times better than the baseline: baseline time / our time, our rate / baseline rate, our density / baseline density (below 1: the baseline is better)",
 		RatioFormat: "%.2fx"}
 	rep.Print(os.Stdout)
-	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
-	status := 0
-	if err := rep.Write(out); err != nil {
-		fmt.Fprintln(os.Stderr, "perfbench:", err)
-		status = 1
-	}
-	for _, err := range failed {
-		fmt.Fprintln(os.Stderr, "perfbench:", err)
-		status = 1
-	}
-	return status
+	return rep.Finish("perfbench", out, start, failed)
 }
 
 // bench holds what every step needs.

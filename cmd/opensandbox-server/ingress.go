@@ -16,7 +16,6 @@ import (
 	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/lifecycle"
-	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // Ingress modes of [ingress] mode.
@@ -245,22 +244,6 @@ func (ks *keySource) reload() {
 	ks.log.Info("ingress signing keys reloaded", "file", ks.path, "keys", keys.IDs())
 }
 
-// serverResolver lets the in-process gateway find sandboxes through the
-// lifecycle server's runtime directly, without HTTP.
-type serverResolver struct{ srv *lifecycle.Server }
-
-func (r serverResolver) Target(ctx context.Context, id string, port int) (api.IngressTarget, error) {
-	t, err := r.srv.IngressTarget(ctx, id, port)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return t, fmt.Errorf("sandbox %s: %w", id, ingress.ErrNotFound)
-	}
-	return t, err
-}
-
-func (r serverResolver) Renew(ctx context.Context, id string, port int) error {
-	return r.srv.IngressRenew(ctx, id, port)
-}
-
 // gatewayServer is the ingress gateway this server serves on [ingress]
 // listen: the proxy, and its health routes for requests that route
 // nowhere (GET /healthz, /readyz without a route header or subdomain).
@@ -269,7 +252,7 @@ func gatewayServer(c *ingressConfig, keys *keySource, srv *lifecycle.Server, met
 	if h, _, err := net.SplitHostPort(domain); err == nil {
 		domain = h
 	}
-	res := serverResolver{srv}
+	res := lifecycle.InProcessGateway{Server: srv}
 	gw, err := ingress.New(ingress.Config{
 		Keys:     keys.get,
 		Resolver: res,
@@ -291,22 +274,7 @@ func gatewayServer(c *ingressConfig, keys *keySource, srv *lifecycle.Server, met
 		}
 		gw.ServeHTTP(w, r)
 	})
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	if c.TLSCert != "" {
-		protos.SetHTTP2(true)
-	} else {
-		protos.SetUnencryptedHTTP2(true)
-	}
-	return &http.Server{
-		Handler:           h,
-		Protocols:         &protos,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ConnState:         gw.ConnState,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}, nil
+	return gw.HTTPServer(h, c.TLSCert != "", log), nil
 }
 
 // hostOnly is the host of a Host header, without its port.

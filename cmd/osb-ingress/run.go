@@ -201,22 +201,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	if certs != nil {
-		protos.SetHTTP2(true)
-	} else {
-		protos.SetUnencryptedHTTP2(true)
-	}
-	srv := &http.Server{
-		Handler:           gw,
-		Protocols:         &protos,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ConnState:         gw.ConnState,
-		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelDebug),
-	}
+	srv := gw.HTTPServer(gw, certs != nil, m.log)
 	if certs != nil {
 		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get}
 	}

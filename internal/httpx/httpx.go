@@ -4,6 +4,8 @@
 package httpx
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,4 +110,22 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, max int64, option
 		return Errorf(http.StatusBadRequest, api.CodeInvalidRequestBody, "invalid JSON body: %w", err)
 	}
 	return nil
+}
+
+// RequestID returns the client's request id (X-Request-ID) when it is 1
+// to 128 printable ASCII characters, else a new one of 32 lower-case hex
+// digits: the id a server logs and echoes for the request.
+func RequestID(client string) string {
+	if n := len(client); n >= 1 && n <= 128 {
+		ok := true
+		for i := 0; i < n && ok; i++ {
+			ok = client[i] >= 0x20 && client[i] <= 0x7e
+		}
+		if ok {
+			return client
+		}
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -79,3 +79,17 @@ func TestEventWriter(t *testing.T) {
 		t.Fatalf("body %q", rec.Body.String())
 	}
 }
+
+func TestRequestID(t *testing.T) {
+	for _, c := range []string{"abc", strings.Repeat("x", 128), "a b~"} {
+		if got := RequestID(c); got != c {
+			t.Errorf("RequestID(%q) = %q, want it kept", c, got)
+		}
+	}
+	for _, c := range []string{"", strings.Repeat("x", 129), "a\nb", "é"} {
+		got := RequestID(c)
+		if got == c || len(got) != 32 || strings.Trim(got, "0123456789abcdef") != "" {
+			t.Errorf("RequestID(%q) = %q, want a new 32-hex-digit id", c, got)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,13 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opensandbox/opensandbox/api"
 	"github.com/opensandbox/opensandbox/ingress"
 	"github.com/opensandbox/opensandbox/internal/testenv"
 	"github.com/opensandbox/opensandbox/internal/testwait"
 	"github.com/opensandbox/opensandbox/lifecycle"
 	"github.com/opensandbox/opensandbox/runtime/docker"
-	"github.com/opensandbox/opensandbox/sandbox"
 )
 
 // Server is a lifecycle server on loopback.
@@ -247,7 +244,7 @@ func (s *Server) gatewayConfig(lcfg *lifecycle.Config, routeMode string) (net.Li
 // startGateway serves the ingress gateway on ln, finding sandboxes
 // through srv.
 func (s *Server) startGateway(srv *lifecycle.Server, ln net.Listener, log *slog.Logger) error {
-	res := gatewayResolver{srv}
+	res := lifecycle.InProcessGateway{Server: srv}
 	gw, err := ingress.New(ingress.Config{Keys: func() *ingress.Keys { return s.Keys }, Resolver: res, Renewer: res, Logger: log})
 	if err != nil {
 		return err
@@ -258,19 +255,4 @@ func (s *Server) startGateway(srv *lifecycle.Server, ln net.Listener, log *slog.
 	s.gw.Start()
 	s.GatewayURL = s.gw.URL
 	return nil
-}
-
-// gatewayResolver finds sandboxes through the lifecycle server.
-type gatewayResolver struct{ srv *lifecycle.Server }
-
-func (r gatewayResolver) Target(ctx context.Context, id string, port int) (api.IngressTarget, error) {
-	t, err := r.srv.IngressTarget(ctx, id, port)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return t, fmt.Errorf("sandbox %s: %w", id, ingress.ErrNotFound)
-	}
-	return t, err
-}
-
-func (r gatewayResolver) Renew(ctx context.Context, id string, port int) error {
-	return r.srv.IngressRenew(ctx, id, port)
 }

@@ -183,3 +183,21 @@ func Mean(ds []time.Duration) float64 {
 	}
 	return float64(sum.Microseconds()) / 1000 / float64(len(ds))
 }
+
+// Finish ends a harness's run after its table is printed: the run time
+// since start on stdout, the JSON and chart written to dir, and every
+// error (write, failed steps) on stderr after the harness's name. It
+// returns the process's exit status: 1 when anything failed.
+func (r *Report) Finish(name, dir string, start time.Time, failed []error) int {
+	fmt.Printf("run time %.0f s\n", time.Since(start).Seconds())
+	if err := r.Write(dir); err != nil {
+		failed = append(failed, err)
+	}
+	for _, err := range failed {
+		fmt.Fprintln(os.Stderr, name+":", err)
+	}
+	if len(failed) > 0 {
+		return 1
+	}
+	return 0
+}
