@@ -142,14 +142,21 @@ func TestOSBPool(t *testing.T) {
 // sandboxes (no --buffer-max), so no container starts.
 func TestOSBPoolExtensions(t *testing.T) {
 	s := startServer(t, serverOptions{})
-	var p struct {
+	type poolDoc struct {
 		Template struct {
 			EnvNames   []string          `json:"env_names"`
 			Extensions map[string]string `json:"extensions"`
 		}
 	}
-	s.osb("pool", "create", "web", "-i", busyboxImage, "--extension", api.ExtensionIngressPublic+"=true",
-		"--extension", api.ExtensionRenewExtend+"=600", "--pool-max", "1", "-o", "json").json(t, &p)
+	// osbPool runs osb and decodes the pool it prints into a new
+	// document (decoding into an old one would keep its map entries).
+	osbPool := func(args ...string) (p poolDoc) {
+		t.Helper()
+		s.osb(append(args, "-o", "json")...).json(t, &p)
+		return p
+	}
+	p := osbPool("pool", "create", "web", "-i", busyboxImage, "--extension", api.ExtensionIngressPublic+"=true",
+		"--extension", api.ExtensionRenewExtend+"=600", "--pool-max", "1")
 	if want := map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "600"}; !maps.Equal(p.Template.Extensions, want) {
 		t.Fatalf("create: extensions %v, want %v", p.Template.Extensions, want)
 	}
@@ -166,11 +173,11 @@ func TestOSBPoolExtensions(t *testing.T) {
 
 	// An update replaces one extension and keeps the other; a change of
 	// another part of the template keeps them all.
-	s.osb("pool", "update", "web", "--extension", api.ExtensionRenewExtend+"=900", "-o", "json").json(t, &p)
+	p = osbPool("pool", "update", "web", "--extension", api.ExtensionRenewExtend+"=900")
 	if want := map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "900"}; !maps.Equal(p.Template.Extensions, want) {
 		t.Errorf("update --extension: extensions %v, want %v", p.Template.Extensions, want)
 	}
-	s.osb("pool", "update", "web", "-e", "MODE=x", "-o", "json").json(t, &p)
+	p = osbPool("pool", "update", "web", "-e", "MODE=x")
 	if p.Template.Extensions[api.ExtensionRenewExtend] != "900" || p.Template.Extensions[api.ExtensionIngressPublic] != "true" ||
 		strings.Join(p.Template.EnvNames, ",") != "MODE" {
 		t.Errorf("update -e lost the extensions: %+v", p.Template)
