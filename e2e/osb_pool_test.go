@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"maps"
 	"strings"
 	"testing"
@@ -181,6 +182,19 @@ func TestOSBPoolExtensions(t *testing.T) {
 	if p.Template.Extensions[api.ExtensionRenewExtend] != "900" || p.Template.Extensions[api.ExtensionIngressPublic] != "true" ||
 		strings.Join(p.Template.EnvNames, ",") != "MODE" {
 		t.Errorf("update -e lost the extensions: %+v", p.Template)
+	}
+
+	// A template change keeps a network policy osb has no flag for: the
+	// template sent replaces the whole one.
+	s.call("POST", "/pools", api.PoolRequest{Name: "np", CapacitySpec: &api.CapacitySpec{PoolMax: 1},
+		Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage},
+			NetworkPolicy: json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"allowed.test"}]}`)}}, 201, nil)
+	s.osb("pool", "update", "np", "-e", "MODE=x", "--extension", api.ExtensionIngressPublic+"=true").ok(t)
+	var np api.Pool
+	s.call("GET", "/pools/np", nil, 200, &np)
+	if np.Template == nil || !strings.Contains(string(np.Template.NetworkPolicy), "allowed.test") || np.Template.Env["MODE"] != "x" ||
+		np.Template.Extensions[api.ExtensionIngressPublic] != "true" {
+		t.Errorf("update of a pool with a network policy: %+v (policy %s)", np.Template, np.Template.NetworkPolicy)
 	}
 
 	// Mistakes: the server's 400 and its message, or osb's usage error.
