@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -32,6 +33,7 @@ type poolTemplateView struct {
 	Entrypoint     []string          `json:"entrypoint"`
 	EnvNames       []string          `json:"env_names"`
 	ResourceLimits map[string]string `json:"resource_limits"`
+	Extensions     map[string]string `json:"extensions"`
 }
 
 type capacityView struct {
@@ -57,7 +59,7 @@ func viewPool(p *api.Pool) poolView {
 	v := poolView{Name: p.Name, CreatedAt: p.CreatedAt,
 		Capacity: capacityView{BufferMin: c.BufferMin, BufferMax: c.BufferMax, PoolMin: c.PoolMin, PoolMax: c.PoolMax}}
 	if t := p.Template; t != nil {
-		v.Template = poolTemplateView{Image: poolImage(p), Entrypoint: t.Entrypoint, EnvNames: sdk.EnvNames(t), ResourceLimits: t.ResourceLimits}
+		v.Template = poolTemplateView{Image: poolImage(p), Entrypoint: t.Entrypoint, EnvNames: sdk.EnvNames(t), ResourceLimits: t.ResourceLimits, Extensions: t.Extensions}
 	}
 	if s := p.Status; s != nil {
 		v.Status = &poolStatusView{Total: s.Total, Allocated: s.Allocated, Available: s.Available, Starting: s.Starting,
@@ -73,8 +75,8 @@ func poolImage(p *api.Pool) string {
 	return ""
 }
 
-// resourcesText writes limits as "cpu=500m memory=256Mi", sorted.
-func resourcesText(m map[string]string) string {
+// pairsText writes a map as "cpu=500m memory=256Mi", sorted by key.
+func pairsText(m map[string]string) string {
 	parts := make([]string, 0, len(m))
 	for _, k := range sortedMapKeys(m) {
 		parts = append(parts, k+"="+m[k])
@@ -108,6 +110,7 @@ never goes back to the pool. Servers whose runtime has no pools answer
 type poolFlags struct {
 	image                                  string
 	entrypoint, env, unsetEnv, resources   []string
+	extensions                             []string
 	bufferMin, bufferMax, poolMin, poolMax int
 	wait                                   bool
 	waitMax                                time.Duration
@@ -121,6 +124,7 @@ func (pf *poolFlags) register(cmd *cobra.Command, update bool) {
 	fl.StringArrayVar(&pf.entrypoint, "entrypoint", nil, "one word of the entrypoint's argv (repeat for each word); it starts when a sandbox is handed out")
 	fl.StringArrayVarP(&pf.env, "env", "e", nil, "environment variable KEY=VALUE of every sandbox (repeatable)")
 	fl.StringArrayVar(&pf.resources, "resource", nil, "resource limit such as cpu=1 or memory=2Gi (repeatable; default: the server's)")
+	fl.StringArrayVar(&pf.extensions, "extension", nil, "extension KEY=VALUE of every sandbox handed out: ingress.public=true, access.renew.extend.seconds=N (repeatable)")
 	fl.IntVar(&pf.bufferMin, "buffer-min", 0, "refill when fewer sandboxes than this are ready")
 	fl.IntVar(&pf.bufferMax, "buffer-max", 0, "refill up to this many ready sandboxes")
 	fl.IntVar(&pf.poolMin, "pool-min", 0, "keep at least this many sandboxes, handed-out ones included")
@@ -154,8 +158,8 @@ func (pf *poolFlags) capacity(cmd *cobra.Command, base sdk.Capacity) (sdk.Capaci
 }
 
 // template is the flags' template over base: --image and --entrypoint
-// replace base's, -e and --resource add to or replace its entries,
-// --unset-env removes variables.
+// replace base's, -e, --resource and --extension add to or replace its
+// entries, --unset-env removes variables.
 func (pf *poolFlags) template(cmd *cobra.Command, base sdk.PoolTemplate) (sdk.PoolTemplate, bool, error) {
 	fl := cmd.Flags()
 	changed := false
@@ -173,6 +177,10 @@ func (pf *poolFlags) template(cmd *cobra.Command, base sdk.PoolTemplate) (sdk.Po
 		return base, false, err
 	}
 	res, err := parseKeyValues(cmd, "--resource", pf.resources)
+	if err != nil {
+		return base, false, err
+	}
+	ext, err := parseKeyValues(cmd, "--extension", pf.extensions)
 	if err != nil {
 		return base, false, err
 	}
@@ -197,6 +205,14 @@ func (pf *poolFlags) template(cmd *cobra.Command, base sdk.PoolTemplate) (sdk.Po
 		}
 		maps.Copy(merged, res)
 		base.Resources, changed = merged, true
+	}
+	if len(ext) > 0 {
+		merged := maps.Clone(base.Extensions)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, ext)
+		base.Extensions, changed = merged, true
 	}
 	return base, changed, nil
 }
@@ -226,9 +242,16 @@ func (a *app) poolCreate() *cobra.Command {
 it. Its sandboxes start in the background; with --wait osb waits until
 --buffer-min of them are ready, and fails (exit 1) if --wait-timeout
 passes first, saying why the pool's last sandbox failed to start if one
-did.`,
+did.
+
+--extension gives every sandbox the pool hands out an extension, under
+the create's own: ingress.public=true (the ingress gateway serves it
+without a token) or access.renew.extend.seconds=N (each request through
+the gateway renews it, N from 300 to 86400). The server refuses other
+keys.`,
 		Example: `  osb pool create py --image python:3.11 --resource cpu=1 --resource memory=1Gi --buffer-min 2 --buffer-max 4 --pool-max 10
-  osb pool create agents -i opensandbox/busybox --entrypoint sleep --entrypoint infinity -e MODE=agent --buffer-min 1 --buffer-max 1 --pool-max 5 --wait`,
+  osb pool create agents -i opensandbox/busybox --entrypoint sleep --entrypoint infinity -e MODE=agent --buffer-min 1 --buffer-max 1 --pool-max 5 --wait
+  osb pool create web -i opensandbox/busybox --extension ingress.public=true --extension access.renew.extend.seconds=600 --pool-max 5`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := a.format(cmd, "")
@@ -298,9 +321,17 @@ replaced; handed-out ones are not touched.`,
 			if err != nil {
 				return err
 			}
+			// A template sent replaces the whole one: carry over what the
+			// flags do not change, the network policy and extensions too.
 			base := sdk.PoolTemplate{Image: poolImage(cur)}
 			if t := cur.Template; t != nil {
-				base.Entrypoint, base.Env, base.Resources = t.Entrypoint, t.Env, t.ResourceLimits
+				base.Entrypoint, base.Env, base.Resources, base.Extensions = t.Entrypoint, t.Env, t.ResourceLimits, t.Extensions
+				if len(t.NetworkPolicy) > 0 && string(t.NetworkPolicy) != "null" {
+					base.NetworkPolicy = new(api.NetworkPolicy)
+					if err := json.Unmarshal(t.NetworkPolicy, base.NetworkPolicy); err != nil {
+						return fmt.Errorf("pool %s: read its template's network policy: %w", name, err)
+					}
+				}
 			}
 			var u sdk.PoolUpdate
 			tmpl, tmplChanged, err := pf.template(cmd, base)
@@ -314,7 +345,7 @@ replaced; handed-out ones are not touched.`,
 				u.Capacity = &capacity
 			}
 			if u.Template == nil && u.Capacity == nil {
-				return usagef(cmd, "nothing to change: give a template flag (--image, --entrypoint, -e, --unset-env, --resource) or a capacity flag (--%s)", strings.Join(capacityFlagNames, ", --"))
+				return usagef(cmd, "nothing to change: give a template flag (--image, --entrypoint, -e, --unset-env, --resource, --extension) or a capacity flag (--%s)", strings.Join(capacityFlagNames, ", --"))
 			}
 			p, err := c.Pools().Update(cmd.Context(), name, u)
 			if err != nil {
@@ -365,7 +396,8 @@ func (a *app) printPool(f, title string, p *api.Pool) error {
 			{"image", t.Image},
 			{"entrypoint", strings.Join(t.Entrypoint, " ")},
 			{"env", strings.Join(t.EnvNames, " ")},
-			{"resources", resourcesText(t.ResourceLimits)},
+			{"resources", pairsText(t.ResourceLimits)},
+			{"extensions", pairsText(t.Extensions)},
 			{"buffer", fmt.Sprintf("%d-%d ready", c.BufferMin, c.BufferMax)},
 			{"pool", fmt.Sprintf("%d-%d sandboxes", c.PoolMin, c.PoolMax)},
 		}

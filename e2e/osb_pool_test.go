@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 
@@ -132,4 +134,77 @@ func TestOSBPool(t *testing.T) {
 	if out := s.osb("exec", created.ID, "--", "echo", "alive").ok(t); out != "alive\n" {
 		t.Errorf("a handed-out sandbox after its pool's deletion: %q", out)
 	}
+}
+
+// TestOSBPoolExtensions gives a pool's template extensions with
+// --extension, as `osb sandbox create` does: they show in every format,
+// an update adds to them and keeps them, and the server's refusal of a
+// key or value reaches the user with its message. The pools hold no
+// sandboxes (no --buffer-max), so no container starts.
+func TestOSBPoolExtensions(t *testing.T) {
+	s := startServer(t, serverOptions{})
+	type poolDoc struct {
+		Template struct {
+			EnvNames   []string          `json:"env_names"`
+			Extensions map[string]string `json:"extensions"`
+		}
+	}
+	// osbPool runs osb and decodes the pool it prints into a new
+	// document (decoding into an old one would keep its map entries).
+	osbPool := func(args ...string) (p poolDoc) {
+		t.Helper()
+		s.osb(append(args, "-o", "json")...).json(t, &p)
+		return p
+	}
+	p := osbPool("pool", "create", "web", "-i", busyboxImage, "--extension", api.ExtensionIngressPublic+"=true",
+		"--extension", api.ExtensionRenewExtend+"=600", "--pool-max", "1")
+	if want := map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "600"}; !maps.Equal(p.Template.Extensions, want) {
+		t.Fatalf("create: extensions %v, want %v", p.Template.Extensions, want)
+	}
+	if out := s.osb("pool", "get", "web").ok(t); !strings.Contains(out, "access.renew.extend.seconds=600 ingress.public=true") {
+		t.Errorf("get (table) lacks the extensions:\n%s", out)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(s.osb("pool", "get", "web", "-o", "yaml").ok(t)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if ext, _ := doc["template"].(map[string]any)["extensions"].(map[string]any); ext[api.ExtensionIngressPublic] != "true" {
+		t.Errorf("get (yaml): %v", doc)
+	}
+
+	// An update replaces one extension and keeps the other; a change of
+	// another part of the template keeps them all.
+	p = osbPool("pool", "update", "web", "--extension", api.ExtensionRenewExtend+"=900")
+	if want := map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "900"}; !maps.Equal(p.Template.Extensions, want) {
+		t.Errorf("update --extension: extensions %v, want %v", p.Template.Extensions, want)
+	}
+	p = osbPool("pool", "update", "web", "-e", "MODE=x")
+	if p.Template.Extensions[api.ExtensionRenewExtend] != "900" || p.Template.Extensions[api.ExtensionIngressPublic] != "true" ||
+		strings.Join(p.Template.EnvNames, ",") != "MODE" {
+		t.Errorf("update -e lost the extensions: %+v", p.Template)
+	}
+
+	// A template change keeps a network policy osb has no flag for: the
+	// template sent replaces the whole one.
+	s.call("POST", "/pools", api.PoolRequest{Name: "np", CapacitySpec: &api.CapacitySpec{PoolMax: 1},
+		Template: &api.PoolTemplate{Image: &api.ImageSpec{URI: busyboxImage},
+			NetworkPolicy: json.RawMessage(`{"defaultAction":"deny","egress":[{"action":"allow","target":"allowed.test"}]}`)}}, 201, nil)
+	s.osb("pool", "update", "np", "-e", "MODE=x", "--extension", api.ExtensionIngressPublic+"=true").ok(t)
+	var np api.Pool
+	s.call("GET", "/pools/np", nil, 200, &np)
+	if np.Template == nil || !strings.Contains(string(np.Template.NetworkPolicy), "allowed.test") || np.Template.Env["MODE"] != "x" ||
+		np.Template.Extensions[api.ExtensionIngressPublic] != "true" {
+		t.Errorf("update of a pool with a network policy: %+v (policy %s)", np.Template, np.Template.NetworkPolicy)
+	}
+
+	// Mistakes: the server's 400 and its message, or osb's usage error.
+	s.osb("pool", "create", "bad", "-i", busyboxImage, "--pool-max", "1", "--extension", api.ExtensionRenewExtend+"=5").
+		fails(t, 1, `template.extensions["access.renew.extend.seconds"] "5": want a whole number of seconds from 300 to 86400`)
+	s.osb("pool", "create", "bad", "-i", busyboxImage, "--pool-max", "1", "--extension", api.ExtensionIngressPublic+"=yes").
+		fails(t, 1, api.CodeSandboxInvalidParameter)
+	s.osb("pool", "create", "bad", "-i", busyboxImage, "--pool-max", "1", "--extension", "poolRef=web").
+		fails(t, 1, "a pool's template takes ingress.public and access.renew.extend.seconds only")
+	s.osb("pool", "update", "web", "--extension", api.ExtensionRenewExtend+"=1").fails(t, 1, "from 300 to 86400")
+	s.osb("pool", "create", "bad", "-i", busyboxImage, "--pool-max", "1", "--extension", "ingress.public").fails(t, 2, "want KEY=VALUE")
+	s.osb("pool", "get", "bad").fails(t, 1, api.CodePoolNotFound)
 }

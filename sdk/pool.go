@@ -48,10 +48,19 @@ type PoolTemplate struct {
 	// NetworkPolicy, when set, is enforced on every sandbox of the pool
 	// from its start, as CreateOptions.NetworkPolicy.
 	NetworkPolicy *api.NetworkPolicy
+	// Extensions are given to each sandbox the pool hands out, under the
+	// create's own: api.ExtensionIngressPublic ("true": the ingress
+	// gateway serves it without a token) and api.ExtensionRenewExtend
+	// (renew-on-access). The server refuses any other key, and bad values,
+	// with ErrInvalid.
+	//
+	// Stability: an extension of this server; the reference's pool
+	// template has none.
+	Extensions map[string]string
 }
 
 func (t *PoolTemplate) wire() *api.PoolTemplate {
-	out := &api.PoolTemplate{Entrypoint: t.Entrypoint, Env: t.Env, ResourceLimits: t.Resources}
+	out := &api.PoolTemplate{Entrypoint: t.Entrypoint, Env: t.Env, ResourceLimits: t.Resources, Extensions: t.Extensions}
 	if t.Image != "" {
 		out.Image = &api.ImageSpec{URI: t.Image}
 	}

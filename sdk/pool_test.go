@@ -3,6 +3,8 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -165,5 +167,45 @@ func TestPoolErrors(t *testing.T) {
 	var waitErr *sdk.PoolWaitError
 	if !errors.As(err, &waitErr) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "5 ready sandboxes in pool "+name) {
 		t.Errorf("wait: %v", err)
+	}
+}
+
+// TestPoolExtensions: a template's extensions reach the server and come
+// back with the pool; keys a pool's template does not take, and bad
+// values, are ErrInvalid with the server's message. The pool holds no
+// sandboxes (bufferMax 0), so no container starts.
+func TestPoolExtensions(t *testing.T) {
+	c := newClient(t)
+	ctx := t.Context()
+	pools := c.Pools()
+	ext := map[string]string{api.ExtensionIngressPublic: "true", api.ExtensionRenewExtend: "600"}
+	name := newPool(t, c, "t-pool-ext", sdk.PoolTemplate{Image: busyboxImage, Extensions: ext}, sdk.Capacity{PoolMax: 1})
+	got, err := pools.Get(ctx, name)
+	if err != nil || got.Template == nil || !maps.Equal(got.Template.Extensions, ext) {
+		t.Fatalf("get: %+v %v, want extensions %v", got.Template, err, ext)
+	}
+	// An update's template replaces the whole template, extensions too.
+	got, err = pools.Update(ctx, name, sdk.PoolUpdate{Template: &sdk.PoolTemplate{Image: busyboxImage, Extensions: map[string]string{api.ExtensionRenewExtend: "900"}}})
+	if err != nil || !maps.Equal(got.Template.Extensions, map[string]string{api.ExtensionRenewExtend: "900"}) {
+		t.Errorf("update: %+v %v", got.Template, err)
+	}
+
+	for _, tc := range []struct {
+		ext  map[string]string
+		want string // in the server's message
+	}{
+		{map[string]string{api.ExtensionRenewExtend: "5"}, "from 300 to 86400"},
+		{map[string]string{api.ExtensionIngressPublic: "yes"}, `want "true" or "false"`},
+		{map[string]string{sdk.ExtensionPoolRef: "other"}, "takes ingress.public and access.renew.extend.seconds only"},
+	} {
+		_, err := pools.Create(ctx, "t-pool-ext-bad", sdk.PoolTemplate{Image: busyboxImage, Extensions: tc.ext}, sdk.Capacity{PoolMax: 1})
+		var apiErr *sdk.APIError
+		if !errors.Is(err, sdk.ErrInvalid) || !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest ||
+			apiErr.Code != api.CodeSandboxInvalidParameter || !strings.Contains(apiErr.Message, tc.want) {
+			t.Errorf("create with extensions %v: %v, want a 400 %s saying %q", tc.ext, err, api.CodeSandboxInvalidParameter, tc.want)
+		}
+	}
+	if _, err := pools.Get(ctx, "t-pool-ext-bad"); !errors.Is(err, sdk.ErrNotFound) {
+		t.Errorf("a refused pool exists: %v", err)
 	}
 }

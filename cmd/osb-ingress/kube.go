@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"log/slog"
@@ -20,10 +21,13 @@ func init() {
 		namespaces stringList
 		kubeconfig string
 		scope      string
+		// watched is what the resolver watches, once open.
+		watched *kubernetes.PodResolver
 	)
 	registerSource(&source{
 		name: "kubernetes",
 		flags: func(fs *flag.FlagSet, _ func(string) string) {
+			namespaces, watched = nil, nil // a second ParseFlags starts afresh
 			fs.BoolVar(&on, "kubernetes", false, "find sandboxes from their pods in the cluster (informers; the gateway's service account needs get, list and watch on pods); with --server, renew-on-access goes to that server")
 			fs.Var(&namespaces, "namespace", "with --kubernetes: a namespace of sandbox pods (repeatable, or a comma list; default: the kubeconfig context's, in a cluster the gateway's own)")
 			fs.StringVar(&kubeconfig, "kubeconfig", "", "with --kubernetes: kubeconfig file (default $KUBECONFIG, ~/.kube/config, else in-cluster)")
@@ -38,10 +42,20 @@ func init() {
 				return nil, nil, err
 			}
 			context.AfterFunc(ctx, func() { r.Close() })
-			log.Info("finding sandboxes from their pods", "namespaces", []string(namespaces))
+			watched = r
 			return r, nil, nil
 		},
 		renewVia: "server",
+		where: func() string {
+			ns, sc := strings.Join(namespaces, ", "), cmp.Or(scope, "default")
+			if watched != nil {
+				ns, sc = strings.Join(watched.Namespaces(), ", "), watched.LabelScope()
+			}
+			if ns == "" {
+				ns = "the kubeconfig context's"
+			}
+			return "the cluster's sandbox pods of label scope " + sc + " in namespaces " + ns
+		},
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +39,26 @@ func TestParseFlagsKubernetes(t *testing.T) {
 		m.source.name != "kubernetes" || m.renewSource == nil || m.renewSource.name != "server" {
 		t.Fatalf("--kubernetes --server: %v, source %+v, renewing %+v", err, m.source, m.renewSource)
 	}
+	// The start-up line says where each part goes: the pods are read
+	// (from the flags before the resolver resolves a default), the
+	// server renews.
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--kubernetes", "--namespace", "b,a", "--label-scope", "gw", "--server", "http://127.0.0.1:1"}, env, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"from", "the cluster's sandbox pods of label scope gw in namespaces b, a", "renewals", "the lifecycle server at http://127.0.0.1:1"}
+	if got := sourcesAttrs(m.source, m.renewSource); !slices.Equal(got, want) {
+		t.Errorf("--kubernetes --server: start-up line %q, want %q", got, want)
+	}
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--kubernetes"}, env, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	want = []any{"from", "the cluster's sandbox pods of label scope default in namespaces the kubeconfig context's", "renewals", "none: sandboxes are not renewed on access"}
+	if got := sourcesAttrs(m.source, nil); !slices.Equal(got, want) {
+		t.Errorf("--kubernetes: start-up line %q, want %q", got, want)
+	}
+
 	var l stringList
 	l.Set("a, b,,c")
 	l.Set("d")
@@ -102,6 +123,12 @@ func TestBinaryKubernetes(t *testing.T) {
 	}
 	g := start(t, []string{envAPIKey + "=server-key"}, "--kubernetes", "--kubeconfig", kc, "--namespace", ns,
 		"--label-scope", "gw", "--signing-keys-file", keyFile, "--server", renewals.URL)
+
+	// Found in the cluster, renewed through the server.
+	if from, to := g.sources(t); from != "the cluster's sandbox pods of label scope gw in namespaces "+ns ||
+		to != "the lifecycle server at "+renewals.URL {
+		t.Errorf("start-up log: finding sandboxes from %q, renewals to %q", from, to)
+	}
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	route := string(id) + "-8080"

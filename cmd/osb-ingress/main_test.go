@@ -190,6 +190,26 @@ func start(t *testing.T, env []string, args ...string) *gateway {
 	return g
 }
 
+// sources returns the attributes of the one start-up line "finding
+// sandboxes": where sandboxes are found, and where renewals go.
+func (g *gateway) sources(t *testing.T) (from, renewals string) {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(g.logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "finding sandboxes" {
+			continue
+		}
+		n++
+		from, _ = m["from"].(string)
+		renewals, _ = m["renewals"].(string)
+	}
+	if n != 1 {
+		t.Fatalf("%d start-up lines \"finding sandboxes\", want 1:\n%s", n, g.logs.String())
+	}
+	return from, renewals
+}
+
 func writeKeys(t *testing.T, path string, keys ...string) {
 	t.Helper()
 	tmp := path + ".tmp"
@@ -260,6 +280,12 @@ func TestBinary(t *testing.T) {
 		"--domain", "sb.test", "--metrics-listen", "127.0.0.1:0", "--reload-every", "100ms")
 	base := "http://" + g.addr
 	c := &http.Client{}
+
+	// The start-up log says the server is where sandboxes are found and
+	// renewed, once.
+	if from, renewals := g.sources(t); from != "the lifecycle server at "+srv.URL || renewals != from {
+		t.Errorf("start-up log: finding sandboxes from %q, renewals to %q", from, renewals)
+	}
 
 	if code, body, _ := get(t, c, base+"/"+id+"/8080/hello", api.HeaderSecureAccess, tokA); code != 200 || !strings.Contains(body, `"path":"/hello"`) {
 		t.Fatalf("token path route: %d %s", code, body)

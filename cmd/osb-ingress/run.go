@@ -44,6 +44,10 @@ type source struct {
 	// one resolves, and the other's renewer renews (--kubernetes reads
 	// pods, and asks the --server to move an expiry).
 	renewVia string
+	// where says, for the start-up log, what the source reads: "the
+	// lifecycle server at URL". After open it may say more (the
+	// namespaces a default resolved to).
+	where func() string
 }
 
 // sources are the registered ways to find sandboxes.
@@ -178,14 +182,20 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	renewer := m.source
 	if m.renewSource != nil && ren == nil {
 		if _, ren, err = m.renewSource.open(ctx, m.log); err != nil {
 			return err
 		}
+		renewer = m.renewSource
+	}
+	if ren == nil {
+		renewer = nil
 	}
 	if ren == nil && m.source.renewVia != "" {
 		m.log.Warn("no --" + m.source.renewVia + ": sandboxes are not renewed on access")
 	}
+	m.log.Info("finding sandboxes", sourcesAttrs(m.source, renewer)...)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw, err := ingress.New(ingress.Config{
@@ -253,6 +263,17 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.log.Info("stopped")
 	return nil
+}
+
+// sourcesAttrs are the attributes of the start-up line "finding
+// sandboxes": from where the gateway finds them, and where
+// renew-on-access goes (renew nil: nowhere).
+func sourcesAttrs(find, renew *source) []any {
+	renewals := "none: sandboxes are not renewed on access"
+	if renew != nil {
+		renewals = renew.where()
+	}
+	return []any{"from", find.where(), "renewals", renewals}
 }
 
 // listening logs a listener's address (tests read it there).

@@ -44,8 +44,8 @@ func init() {
 			if err != nil {
 				return nil, nil, errors.New("--server: " + err.Error())
 			}
-			log.Info("finding sandboxes through the lifecycle server", "server", serverURL)
 			return r, r, nil
 		},
+		where: func() string { return "the lifecycle server at " + serverURL },
 	})
 }

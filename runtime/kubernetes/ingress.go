@@ -58,10 +58,11 @@ const indexSandboxID = "sandbox-id"
 // memory. It needs no lifecycle server: the gateway keeps routing while
 // the servers restart, and every gateway replica sees the same pods.
 type PodResolver struct {
-	scope     string
-	to        timeouts
-	cancel    context.CancelFunc
-	factories []informers.SharedInformerFactory
+	scope      string
+	namespaces []string
+	to         timeouts
+	cancel     context.CancelFunc
+	factories  []informers.SharedInformerFactory
 	// indexers are the namespaces' pod caches, in the order of the
 	// configuration.
 	indexers []cache.Indexer
@@ -114,10 +115,11 @@ func NewPodResolver(cfg PodResolverConfig, logger *slog.Logger) (*PodResolver, e
 func newPodResolver(cs kubernetes.Interface, namespaces []string, cfg PodResolverConfig, logger *slog.Logger) (*PodResolver, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &PodResolver{
-		scope:  cfg.LabelScope,
-		to:     timeouts{start: cfg.StartTimeout, schedule: cfg.ScheduleTimeout},
-		cancel: cancel,
-		log:    logger.With("resolver", "kubernetes", "namespaces", namespaces),
+		scope:      cfg.LabelScope,
+		namespaces: namespaces,
+		to:         timeouts{start: cfg.StartTimeout, schedule: cfg.ScheduleTimeout},
+		cancel:     cancel,
+		log:        logger.With("resolver", "kubernetes", "namespaces", namespaces),
 	}
 	// The runtime's own selector, narrowed to sandbox pods: token
 	// Secrets and pool ConfigMaps are none of the gateway's business.
@@ -158,6 +160,13 @@ func podSandboxID(obj any) ([]string, error) {
 	}
 	return []string{pod.Labels[labelID]}, nil
 }
+
+// Namespaces are the namespaces whose sandbox pods p watches, sorted:
+// the configured ones, or the kubeconfig context's.
+func (p *PodResolver) Namespaces() []string { return slices.Clone(p.namespaces) }
+
+// LabelScope is the label scope of the sandbox pods p watches.
+func (p *PodResolver) LabelScope() string { return p.scope }
 
 // Close stops the informers.
 func (p *PodResolver) Close() error {
