@@ -559,12 +559,16 @@ func (k *cluster) waitPodGone(t *testing.T, ns, pod string, timeout time.Duratio
 	}
 }
 
-// waitHealthy waits until the server at addr answers its health check
-// (kube-proxy programs a new Service within about a second).
+// waitHealthy waits until the server at addr answers its health check.
+// kube-proxy programs a new Service within about a second, but on a
+// loaded machine a request to a just-made ClusterIP has hung for the
+// whole of a 30 s client timeout: each attempt gets 5 s, all 90 s.
 func waitHealthy(t *testing.T, ctx context.Context, c *sdk.Client, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		h, err := c.Health(ctx)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, err := c.Health(actx)
+		cancel()
 		if err == nil && h.Status == "healthy" {
 			return
 		}
