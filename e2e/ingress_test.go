@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -14,7 +13,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -37,22 +35,10 @@ import (
 	"github.com/opensandbox/opensandbox/sdk"
 )
 
-// ingressApp is the web app the gateway tests run in a sandbox (python3,
-// standard library only): a page with a script and relative assets,
-// /headers, /echo, /sse, /big and a WebSocket echo at /ws.
-//
-//go:embed testdata/ingressapp.py
-var ingressApp string
-
 // ingressDomain is the domain of the gateway's subdomain routes. Names
 // under .test are never resolved: the tests' clients dial them on
 // loopback (ingressClient) and Chromium maps them there.
 const ingressDomain = "sbx.test"
-
-// appPorts are where the app listens in its sandbox: 8080, which Docker
-// publishes directly, and one that is reached through execd's port
-// proxy.
-const appPort, appPort2 = 8080, 9000
 
 // ingressKey makes a signing key "ID:BASE64" with a fresh 32-byte secret.
 func ingressKey(id byte) string {
@@ -116,7 +102,7 @@ func startIngressStack(t *testing.T, mode string, create func(*api.CreateSandbox
 		word: randomHex(8), hc: ingressClient()}
 	st.s = startServer(t, serverOptions{extra: ingressServerConfig(mode, st.gwAddr, st.inproc, writeKeys(t, keys...))})
 	st.gw = startGateway(t, st.s, st.gwAddr, keys, "--metrics-listen", st.metrics)
-	req := sandboxRequest(pythonImage, "python3", "-c", ingressApp, strconv.Itoa(appPort), strconv.Itoa(appPort2))
+	req := sandboxRequest(pythonImage, ingressAppCommand()...)
 	req.Env = map[string]*string{"APP_WORD": &st.word}
 	if create != nil {
 		create(&req)
@@ -233,10 +219,7 @@ func (st *ingressStack) viaEndpoint(ep api.Endpoint, path string, header ...stri
 // sandbox's word.
 func (st *ingressStack) wantAsset(what string, resp *http.Response, body []byte) {
 	st.t.Helper()
-	var a struct{ Word string }
-	if resp.StatusCode != 200 || json.Unmarshal(body, &a) != nil || a.Word != st.word {
-		st.t.Errorf("%s: %s %q, want the app's asset with word %s", what, resp.Status, body, st.word)
-	}
+	wantAppAsset(st.t, what, st.word, resp, body)
 }
 
 // wantAssetVia fetches the app's asset through an endpoint and checks it.
@@ -255,23 +238,6 @@ func wantGatewayError(t *testing.T, what string, resp *http.Response, body []byt
 		t.Errorf("%s: %s %q, want %d %s in the error envelope", what, resp.Status, body, status, code)
 	}
 	return e
-}
-
-// appRequest is what the app saw of a request (GET /headers).
-type appRequest struct {
-	Path    string            `json:"path"`
-	Host    string            `json:"host"`
-	Port    int               `json:"port"`
-	Headers map[string]string `json:"headers"`
-}
-
-func (r appRequest) header(name string) string {
-	for k, v := range r.Headers {
-		if strings.EqualFold(k, name) {
-			return v
-		}
-	}
-	return ""
 }
 
 // ingressClient dials names under .test on loopback and refuses to dial
@@ -713,29 +679,7 @@ func TestIngressGateway(t *testing.T) {
 
 	section(t, "streams", func() {
 		// SSE: each event arrives when the app sends it, not at the end.
-		req, _ := http.NewRequest("GET", st.uri(id, appPort)+"/sse?n=4&ms=400", nil)
-		req.Header.Set(api.HeaderSecureAccess, tok)
-		start := time.Now()
-		resp, err := st.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var arrivals []time.Duration
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "data: event ") {
-				arrivals = append(arrivals, time.Since(start))
-			}
-		}
-		resp.Body.Close()
-		if ct := resp.Header.Get("Content-Type"); len(arrivals) != 4 || ct != "text/event-stream" {
-			t.Fatalf("SSE: %d events, content type %q", len(arrivals), ct)
-		}
-		// The app sends them over 1.2 s; a gateway that held them back
-		// would hand them over together.
-		if spread := arrivals[3] - arrivals[0]; spread < 700*time.Millisecond {
-			t.Errorf("SSE events arrived at %v, within %v (the app sends one every 400 ms)", arrivals, spread)
-		}
+		wantSSE(t, st.hc, "token", st.uri(id, appPort), http.Header{api.HeaderSecureAccess: {tok}}, 4, 400*time.Millisecond)
 
 		// WebSocket echo, with the token and through a signed link.
 		for _, c := range []struct {
@@ -783,22 +727,9 @@ func TestIngressGateway(t *testing.T) {
 	})
 
 	section(t, "h2c", func() {
-		tr := st.hc.Transport.(*http.Transport).Clone()
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		hc := &http.Client{Transport: tr, Timeout: time.Minute}
+		hc := h2cClient(st.hc.Transport.(*http.Transport))
 		for _, url := range []string{st.uri(id, appPort) + "/asset.json", "http://" + signedA.Endpoint + "/asset.json"} {
-			req, _ := http.NewRequest("GET", url, nil)
-			req.Header.Set(api.HeaderSecureAccess, tok)
-			resp, err := hc.Do(req)
-			if err != nil {
-				t.Fatalf("HTTP/2 without TLS: %v", err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.ProtoMajor != 2 {
-				t.Errorf("GET %s answered in %s, want HTTP/2", url, resp.Proto)
-			}
+			resp, body := getH2(t, hc, url, http.Header{api.HeaderSecureAccess: {tok}})
 			st.wantAsset("h2c "+url, resp, body)
 		}
 	})
@@ -830,55 +761,8 @@ func TestIngressGateway(t *testing.T) {
 	})
 
 	section(t, "download", func() {
-		const size = 1 << 30
-		before, err := st.gw.rss()
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, _ := http.NewRequest("GET", st.uri(id, appPort)+"/big?n="+strconv.Itoa(size), nil)
-		req.Header.Set(api.HeaderSecureAccess, tok)
 		hc := &http.Client{Transport: st.hc.Transport, Timeout: 2 * time.Minute}
-		start := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		// Sample the gateway's memory while the body streams.
-		var peak int64
-		samples := 0
-		stop, sampled := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tick := time.NewTicker(20 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-tick.C:
-					if rss, err := st.gw.rss(); err == nil {
-						peak = max(peak, rss)
-						samples++
-					}
-				case <-stop:
-					return
-				}
-			}
-		}()
-		n, err := io.Copy(io.Discard, resp.Body)
-		close(stop)
-		<-sampled
-		took := time.Since(start)
-		if err != nil || n != size {
-			t.Fatalf("1 GiB through the gateway: %d bytes, %v", n, err)
-		}
-		t.Logf("1 GiB through osb-ingress in %v (%.0f MiB/s); gateway RSS %d MiB before, peak %d MiB in %d samples",
-			took.Round(time.Millisecond), float64(size)/(1<<20)/took.Seconds(), before>>20, peak>>20, samples)
-		if samples < 5 {
-			t.Errorf("the gateway's memory was measured %d times during the download", samples)
-		}
-		if peak > before+64<<20 {
-			t.Errorf("the gateway's memory grew from %d MiB to %d MiB during a 1 GiB download", before>>20, peak>>20)
-		}
+		wantBoundedDownload(t, hc, st.uri(id, appPort), http.Header{api.HeaderSecureAccess: {tok}}, st.gw.rss, 20*time.Millisecond)
 	})
 
 	// The expiry moved once: traffic since (every subtest above) did not
@@ -937,16 +821,9 @@ func TestIngressGateway(t *testing.T) {
 	// What the gateway counted of all this, and that its log holds no
 	// credential.
 	section(t, "metrics and log", func() {
-		resp, body := st.get("http://" + st.metrics + "/metrics")
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET /metrics: %s", resp.Status)
-		}
-		values := map[string]float64{}
-		for _, line := range strings.Split(string(body), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(line, "#") {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				values[f[0]] = v
-			}
+		values, err := scrapeMetrics(st.hc, "http://"+st.metrics+"/metrics")
+		if err != nil {
+			t.Fatal(err)
 		}
 		for _, c := range []struct {
 			series string
@@ -1034,44 +911,6 @@ func mustParse36(t *testing.T, s string) int64 {
 		t.Fatalf("expiry %q: %v", s, err)
 	}
 	return v
-}
-
-// wsEcho opens a WebSocket and checks that a text and a 200 KiB binary
-// message come back.
-func wsEcho(t *testing.T, hc *http.Client, what, url string, header http.Header) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: header})
-	if err != nil {
-		status := ""
-		if resp != nil {
-			status = resp.Status
-		}
-		t.Errorf("WebSocket (%s) %s: %s %v", what, url, status, err)
-		return
-	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(1 << 20)
-	bin := make([]byte, 200<<10)
-	rand.Read(bin)
-	for _, m := range []struct {
-		typ  websocket.MessageType
-		data []byte
-	}{{websocket.MessageText, []byte("hello " + what)}, {websocket.MessageBinary, bin}} {
-		if err := conn.Write(ctx, m.typ, m.data); err != nil {
-			t.Errorf("WebSocket (%s): write: %v", what, err)
-			return
-		}
-		typ, data, err := conn.Read(ctx)
-		if err != nil || typ != m.typ || !bytes.Equal(data, m.data) {
-			t.Errorf("WebSocket (%s): echo of %d bytes: %v, %d bytes back, %v", what, len(m.data), typ, len(data), err)
-			return
-		}
-	}
-	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil && !errors.Is(err, context.Canceled) {
-		t.Logf("WebSocket (%s): close: %v", what, err)
-	}
 }
 
 // section runs one part of a long test that shares its sandboxes and

@@ -3,12 +3,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,9 +28,16 @@ import (
 // host:
 //
 //	install: creates a sandbox through the server's Service and reaches
-//	  its execd and a web server in it through the gateway's Service
-//	  with the headers the endpoint API gives; traffic through the
-//	  gateway renews the sandbox on access (two gateways, two servers);
+//	  its execd and a web app in it (testdata/ingressapp.py) through the
+//	  gateway's Service with the headers the endpoint API gives; traffic
+//	  through the gateway renews the sandbox on access (two gateways,
+//	  two servers);
+//	routes: path, header and subdomain (Host) routes to both of the
+//	  app's ports, a signed route from the endpoint API in the header and
+//	  in the path, what reaches the app;
+//	streams: WebSocket echo, server-sent events one by one, HTTP/2
+//	  without TLS, and 1 GiB through one gateway replica while its
+//	  resident memory (its metrics listener) stays bounded;
 //	replica: deletes one of the two gateway replicas, then kills another
 //	  outright, under a steady request loop: the other keeps serving;
 //	no-server: scales the servers to zero: routes keep working, through
@@ -59,8 +69,8 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		// configuration rolls the servers. The test cluster has no DNS,
 		// so the gateways reach the servers (to renew) at the ClusterIP.
 		helm.must(t, append([]string{"upgrade", "opensandbox", chart, "-n", ns, "--reuse-values",
-			"--set", "ingress.mode=gateway", "--set", "ingress.address=" + st.gateway,
-			"--set", "ingress.gateway.extraArgs={--server=http://" + server + "}"}, images...)...)
+			"--set", "ingress.mode=gateway", "--set", "ingress.address=" + st.gateway, "--set", "ingress.domain=" + ingressDomain,
+			"--set", "ingress.gateway.extraArgs={--server=http://" + server + ",--metrics-listen=:" + strconv.Itoa(gatewayMetricsPort) + "}"}, images...)...)
 		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-server", "--timeout=120s")
 		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
 		c := newClient(t, "http://"+server, key, false)
@@ -70,10 +80,13 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		// Create waits for execd to answer at its endpoint: through the
 		// gateway.
 		start = time.Now()
-		sb, err := c.Create(ctx, sdk.CreateOptions{Image: "opensandbox/busybox", ReadyTimeout: 90 * time.Second,
+		st.word = randomHex(8)
+		st.want = appAsset(st.word)
+		sb, err := c.Create(ctx, sdk.CreateOptions{Image: pythonImage, ReadyTimeout: 90 * time.Second,
 			Timeout:    5 * time.Minute,
 			Extensions: map[string]string{api.ExtensionRenewExtend: "1800"},
-			Entrypoint: []string{"sh", "-c", "mkdir -p /www && echo hello through the gateway >/www/index.html && exec httpd -f -p 8080 -h /www"}})
+			Env:        map[string]string{"APP_WORD": st.word},
+			Entrypoint: ingressAppCommand()})
 		if err != nil {
 			t.Fatalf("create a sandbox through the chart's server: %v", err)
 		}
@@ -81,27 +94,29 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		if exe, err := sb.Run(ctx, "echo hi", nil); err != nil || exe.Stdout != "hi\n" {
 			t.Fatalf("command in the sandbox through the gateway: %+v, %v", exe, err)
 		}
-		ep, err := sb.Endpoint(ctx, 8080)
+		ep, err := sb.Endpoint(ctx, appPort)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ep.Endpoint != st.gateway || ep.Headers[api.HeaderIngressTo] != sb.ID+"-8080" || ep.Headers[api.HeaderSecureAccess] == "" {
+		if ep.Endpoint != st.gateway || ep.Headers[api.HeaderIngressTo] != sb.ID+"-"+strconv.Itoa(appPort) || ep.Headers[api.HeaderSecureAccess] == "" {
 			t.Fatalf("endpoint of port 8080: %+v, want the gateway %s in header mode", ep, st.gateway)
 		}
 		st.headers = ep.Headers
-		st.url = "http://" + st.gateway + "/"
+		st.url = "http://" + st.gateway + "/asset.json"
 		hc := &http.Client{Timeout: 5 * time.Second}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		// The sandbox is Running when execd answers; the app may still
+		// be starting behind it.
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			code, body, err := st.get(hc, st.url)
-			if err == nil && code == http.StatusOK && body == "hello through the gateway\n" {
+			if err == nil && code == http.StatusOK && body == st.want {
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("GET %s through the gateway: %d %q %v", st.url, code, body, err)
 			}
 		}
-		t.Logf("sandbox %s created, its command and web server reached through the gateway in %v", sb.ID, time.Since(start).Round(time.Millisecond))
-		noAuth := map[string]string{api.HeaderIngressTo: sb.ID + "-8080"}
+		t.Logf("sandbox %s created, its command and web app reached through the gateway in %v", sb.ID, time.Since(start).Round(time.Millisecond))
+		noAuth := map[string]string{api.HeaderIngressTo: sb.ID + "-" + strconv.Itoa(appPort)}
 		if code, body, _ := (&gatewayState{headers: noAuth}).get(hc, st.url); code != http.StatusUnauthorized {
 			t.Fatalf("without the access token: %d %s", code, body)
 		}
@@ -126,13 +141,16 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		return
 	}
 
+	t.Run("routes", func(t *testing.T) { st.routes(t, ctx) })
+	t.Run("streams", func(t *testing.T) { st.streams(t, k, ns) })
+
 	t.Run("replica", func(t *testing.T) {
 		start := time.Now()
 		pods := k.readyPods(t, ns, "opensandbox-ingress", 2)
 		gone, survivor := pods[0], pods[1]
 		// A deletion (a drain, a rolling update): through the Service,
 		// no request fails.
-		loop := st.traffic(ctx, map[string]string{"service": st.url, survivor.name: "http://" + survivor.ip + ":8090/"})
+		loop := st.traffic(ctx, map[string]string{"service": st.url, survivor.name: st.podURL(survivor)})
 		time.Sleep(2 * time.Second)
 		killed := time.Now()
 		k.must(t, "-n", ns, "delete", "pod", gone.name, "--wait=false")
@@ -150,7 +168,7 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		if victim.name == survivor.name {
 			victim = pods[1]
 		}
-		loop = st.traffic(ctx, map[string]string{"service": st.url, survivor.name: "http://" + survivor.ip + ":8090/"})
+		loop = st.traffic(ctx, map[string]string{"service": st.url, survivor.name: st.podURL(survivor)})
 		time.Sleep(2 * time.Second)
 		killed = time.Now()
 		k.must(t, "-n", ns, "delete", "pod", victim.name, "--grace-period=0", "--force")
@@ -180,14 +198,14 @@ func TestKubernetesHelmGateway(t *testing.T) {
 		k.must(t, "-n", ns, "rollout", "status", "deployment/opensandbox-ingress", "--timeout=120s")
 		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		for _, p := range k.readyPods(t, ns, "opensandbox-ingress", 2) {
-			code, body, err := st.get(hc, "http://"+p.ip+":8090/")
-			if err != nil || code != http.StatusOK || body != "hello through the gateway\n" {
+			code, body, err := st.get(hc, st.podURL(p))
+			if err != nil || code != http.StatusOK || body != st.want {
 				t.Fatalf("through gateway %s with no server: %d %q %v", p.name, code, body, err)
 			}
 		}
 		for i := range 20 {
 			code, body, err := st.get(hc, st.url)
-			if err != nil || code != http.StatusOK || body != "hello through the gateway\n" {
+			if err != nil || code != http.StatusOK || body != st.want {
 				t.Fatalf("request %d through the gateway's Service with no server: %d %q %v", i, code, body, err)
 			}
 		}
@@ -195,23 +213,49 @@ func TestKubernetesHelmGateway(t *testing.T) {
 	})
 }
 
-// gatewayState is what the subtests share: the gateway's address and a
-// route to the sandbox's web server, with the headers that authorize it.
+// gatewayState is what the subtests share: the gateway's address (its
+// Service) and a route to the app's asset, with the headers that
+// authorize it.
 type gatewayState struct {
 	gateway string
 	url     string
 	headers map[string]string
 	sandbox *sdk.Sandbox
+	// word is the app's, want the body of its asset.
+	word, want string
+	// signedPath is the base URL of a signed path route to appPort, once
+	// routes made it.
+	signedPath string
+}
+
+// The ports of a gateway pod: its listener, which the Service forwards
+// to, and its metrics listener (--metrics-listen).
+const gatewayPodPort, gatewayMetricsPort = 8090, 9090
+
+// podURL is the URL of the app's asset through gateway pod p, bypassing
+// the Service.
+func (st *gatewayState) podURL(p serverPod) string {
+	return "http://" + net.JoinHostPort(p.ip, strconv.Itoa(gatewayPodPort)) + "/asset.json"
 }
 
 // get sends GET url with the route's headers.
 func (st *gatewayState) get(hc *http.Client, url string) (int, string, error) {
+	return getWith(hc, url, st.headers)
+}
+
+// getWith sends GET url with header ("Host" sets the Host) and returns
+// the status and the body.
+func getWith(hc *http.Client, url string, header map[string]string) (int, string, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	for k, v := range st.headers {
-		req.Header.Set(k, v)
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -220,6 +264,158 @@ func (st *gatewayState) get(hc *http.Client, url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// auth is the header of the sandbox's access token alone, plus more
+// header pairs.
+func (st *gatewayState) auth(more ...string) map[string]string {
+	h := map[string]string{api.HeaderSecureAccess: st.headers[api.HeaderSecureAccess]}
+	for i := 0; i+1 < len(more); i += 2 {
+		h[more[i]] = more[i+1]
+	}
+	return h
+}
+
+// routes checks every route form through the gateway's Service: path,
+// header and subdomain (the Host naming the route) to both of the app's
+// ports with the access token, and a signed route from the endpoint API
+// in the header and in the path, without it.
+func (st *gatewayState) routes(t *testing.T, ctx context.Context) {
+	start := time.Now()
+	hc := ingressClient()
+	id, base := st.sandbox.ID, "http://"+st.gateway
+	for _, port := range []int{appPort, appPort2} {
+		route := id + "-" + strconv.Itoa(port)
+		for _, c := range []struct {
+			name, url string
+			header    map[string]string
+		}{
+			{"path", base + "/" + id + "/" + strconv.Itoa(port) + "/headers?q=1", st.auth()},
+			{"header", base + "/headers?q=1", st.auth(api.HeaderIngressTo, route)},
+			{"legacy header", base + "/headers?q=1", st.auth(api.HeaderIngressLegacy, route)},
+			{"subdomain", base + "/headers?q=1", st.auth("Host", route+"."+ingressDomain)},
+		} {
+			code, body, err := getWith(hc, c.url, c.header)
+			var r appRequest
+			if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil {
+				t.Errorf("%s route to port %d: %d %q %v", c.name, port, code, body, err)
+				continue
+			}
+			if r.Port != port || r.Path != "/headers?q=1" {
+				t.Errorf("%s route: the app on port %d saw %q, want port %d and /headers?q=1", c.name, r.Port, r.Path, port)
+			}
+			for _, h := range []string{api.HeaderIngressTo, api.HeaderIngressLegacy, api.HeaderSecureAccess} {
+				if v := r.header(h); v != "" {
+					t.Errorf("%s route: the app got %s: %q", c.name, h, v)
+				}
+			}
+			if r.header("X-Forwarded-For") == "" || r.header("X-Forwarded-Proto") != "http" {
+				t.Errorf("%s route: forwarded headers %v", c.name, r.Headers)
+			}
+		}
+	}
+
+	// A signed route from the endpoint API: the gateway's address, the
+	// route in the header, no token.
+	ep, err := st.sandbox.Endpoint(ctx, appPort, sdk.WithExpiry(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := ep.Headers[api.HeaderIngressTo]
+	exp, sig, _ := strings.Cut(strings.TrimPrefix(route, id+"-"+strconv.Itoa(appPort)+"-"), "-")
+	if ep.Endpoint != st.gateway || len(ep.Headers) != 1 || !strings.HasPrefix(route, id+"-"+strconv.Itoa(appPort)+"-") || exp == "" || sig == "" {
+		t.Fatalf("signed endpoint %+v: want the gateway %s and a signed route in %s alone", ep, st.gateway, api.HeaderIngressTo)
+	}
+	st.signedPath = base + "/" + id + "/" + strconv.Itoa(appPort) + "/" + exp + "/" + sig
+	for _, c := range []struct {
+		name, url string
+		header    map[string]string
+	}{
+		{"signed header route", base + "/asset.json", ep.Headers},
+		{"signed path route", st.signedPath + "/asset.json", nil},
+	} {
+		code, body, err := getWith(hc, c.url, c.header)
+		if err != nil || code != http.StatusOK || body != st.want {
+			t.Errorf("%s: %d %q %v, want the app's asset %s", c.name, code, body, err, st.want)
+		}
+	}
+	for _, c := range []struct {
+		name, url string
+		header    map[string]string
+	}{
+		{"tampered signed header route", base + "/asset.json", map[string]string{api.HeaderIngressTo: tamper(route, len(route)-3)}},
+		{"signed path route to another port", base + "/" + id + "/" + strconv.Itoa(appPort2) + "/" + exp + "/" + sig + "/asset.json", nil},
+		{"path route without auth", base + "/" + id + "/" + strconv.Itoa(appPort) + "/asset.json", nil},
+	} {
+		code, body, err := getWith(hc, c.url, c.header)
+		var e api.ErrorResponse
+		if err != nil || code != http.StatusUnauthorized || json.Unmarshal([]byte(body), &e) != nil || e.Code != api.CodeIngressUnauthorized {
+			t.Errorf("%s: %d %q %v, want 401 %s", c.name, code, body, err, api.CodeIngressUnauthorized)
+		}
+	}
+	t.Logf("path, header, legacy header and subdomain routes to two ports, signed routes: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// streams checks what must stream through the gateway: WebSocket echo
+// and server-sent events through the Service, HTTP/2 without TLS, and a
+// 1 GiB download through one gateway pod, whose resident memory its
+// metrics listener reports while the body streams.
+func (st *gatewayState) streams(t *testing.T, k *cluster, ns string) {
+	start := time.Now()
+	hc := ingressClient()
+	id, base := st.sandbox.ID, "http://"+st.gateway
+	token := http.Header{api.HeaderSecureAccess: {st.headers[api.HeaderSecureAccess]}}
+	routeHeader := http.Header{}
+	for name, v := range st.headers {
+		routeHeader.Set(name, v)
+	}
+	pathRoute := base + "/" + id + "/" + strconv.Itoa(appPort)
+
+	wsEcho(t, hc, "header route", "ws://"+st.gateway+"/ws", routeHeader)
+	wsEcho(t, hc, "path route, other port", "ws://"+st.gateway+"/"+id+"/"+strconv.Itoa(appPort2)+"/ws", token)
+	if st.signedPath != "" {
+		wsEcho(t, hc, "signed path route", "ws"+strings.TrimPrefix(st.signedPath, "http")+"/ws", nil)
+	}
+
+	wantSSE(t, hc, "path route", pathRoute, token, 5, 500*time.Millisecond)
+
+	h2 := h2cClient(hc.Transport.(*http.Transport))
+	resp, body := getH2(t, h2, pathRoute+"/asset.json", token)
+	wantAppAsset(t, "h2c path route", st.word, resp, body)
+	resp, body = getH2(t, h2, st.url, routeHeader)
+	wantAppAsset(t, "h2c header route", st.word, resp, body)
+
+	// The download goes to one replica, so that the memory measured is
+	// that of the process that carries it; its byte counter says it did.
+	p := k.readyPods(t, ns, "opensandbox-ingress", 2)[0]
+	metrics := "http://" + net.JoinHostPort(p.ip, strconv.Itoa(gatewayMetricsPort)) + "/metrics"
+	mc := &http.Client{Timeout: 5 * time.Second}
+	sent := func() float64 {
+		t.Helper()
+		m, err := scrapeMetrics(mc, metrics)
+		if err != nil {
+			t.Fatalf("metrics of gateway %s: %v", p.name, err)
+		}
+		return m["opensandbox_ingress_sent_bytes_total"]
+	}
+	rss := func() (int64, error) {
+		m, err := scrapeMetrics(mc, metrics)
+		if err != nil {
+			return 0, err
+		}
+		v, ok := m["process_resident_memory_bytes"]
+		if !ok || v <= 0 {
+			return 0, fmt.Errorf("no process_resident_memory_bytes at %s", metrics)
+		}
+		return int64(v), nil
+	}
+	sentBefore := sent()
+	dl := &http.Client{Transport: hc.Transport, Timeout: 3 * time.Minute}
+	wantBoundedDownload(t, dl, "http://"+net.JoinHostPort(p.ip, strconv.Itoa(gatewayPodPort))+"/"+id+"/"+strconv.Itoa(appPort), token, rss, 50*time.Millisecond)
+	if d := sent() - sentBefore; d < downloadSize {
+		t.Errorf("gateway %s counted %.0f bytes sent during the download, want at least %d", p.name, d, downloadSize)
+	}
+	t.Logf("WebSocket, SSE, h2c and 1 GiB through %s: %v", p.name, time.Since(start).Round(time.Millisecond))
 }
 
 // attempt is one request of a traffic loop.
@@ -251,7 +447,7 @@ func (st *gatewayState) traffic(ctx context.Context, urls map[string]string) *tr
 				for ctx.Err() == nil {
 					a := attempt{via: via, start: time.Now()}
 					code, body, err := st.get(hc, url)
-					if err == nil && (code != http.StatusOK || body != "hello through the gateway\n") {
+					if err == nil && (code != http.StatusOK || body != st.want) {
 						err = fmt.Errorf("%d %q", code, body)
 					}
 					a.end, a.err = time.Now(), err
@@ -363,12 +559,16 @@ func (k *cluster) waitPodGone(t *testing.T, ns, pod string, timeout time.Duratio
 	}
 }
 
-// waitHealthy waits until the server at addr answers its health check
-// (kube-proxy programs a new Service within about a second).
+// waitHealthy waits until the server at addr answers its health check.
+// kube-proxy programs a new Service within about a second, but on a
+// loaded machine a request to a just-made ClusterIP has hung for the
+// whole of a 30 s client timeout: each attempt gets 5 s, all 90 s.
 func waitHealthy(t *testing.T, ctx context.Context, c *sdk.Client, addr string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		h, err := c.Health(ctx)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		h, err := c.Health(actx)
+		cancel()
 		if err == nil && h.Status == "healthy" {
 			return
 		}
