@@ -486,10 +486,23 @@ func (c claimer) HandOver(ctx context.Context, def *sandbox.Pool, m warmpool.Mem
 		r.checked[taken.UID], r.failed[taken.UID] = true, f
 		r.mu.Unlock()
 		r.log.Warn("sandbox failed to start", "sandbox", m.ID, "pool", def.Name, "reason", f.Reason, "err", f.Message)
-	} else if err != nil {
-		// Claimed and handed over: a status execd did not give is no
-		// reason to fail the sandbox.
-		r.log.Warn("entrypoint status of a claimed sandbox", "sandbox", m.ID, "err", err)
+	} else {
+		if err != nil {
+			// Claimed and handed over: a status execd did not give is no
+			// reason to fail the sandbox.
+			r.log.Warn("entrypoint status of a claimed sandbox", "sandbox", m.ID, "err", err)
+		}
+		// execd has just answered the claim: a pod the kubelet has not
+		// found Ready yet is up in this replica's view (as its probe of
+		// execd would make it), so the claim answers Running, as the pool
+		// promised. One that was Ready and lost it keeps the kubelet's
+		// word, and its grace period.
+		r.mu.Lock()
+		if !podIsReady(taken) && readinessLost(taken).IsZero() {
+			r.probe[taken.UID] = up
+		}
+		r.checked[taken.UID] = true
+		r.mu.Unlock()
 	}
 	tokenPatch, _ := json.Marshal(map[string]any{"data": map[string]string{secretKey: base64.StdEncoding.EncodeToString([]byte(token))}})
 	sec, err := r.cs.CoreV1().Secrets(r.ns).Patch(ctx, podName(m.ID), types.MergePatchType, tokenPatch, metav1.PatchOptions{})

@@ -64,6 +64,9 @@ try {
   check(/expires in (19m5\d|20m0)s/.test(renewed.text), `sandbox_renew text: ${renewed.text}`);
   const ep = await call("sandbox_endpoint", { sandbox_id: id, port: 8080 });
   check(ep.text.startsWith("port 8080 of sandbox") && ep.out.url, `sandbox_endpoint: ${ep.text}`);
+  // This server has no ingress gateway: sandbox_url says so and points to sandbox_endpoint.
+  const link = await call("sandbox_url", { sandbox_id: id, port: 8080 }, { toolError: true });
+  check(link.text.includes("sandbox_endpoint") && link.text.includes("gateway"), `sandbox_url without a gateway: ${link.text}`);
   const paused = await call("sandbox_pause", { sandbox_id: id });
   check(paused.text.startsWith(`paused: sandbox ${id}: Paused`), `sandbox_pause text: ${paused.text}`);
   const resumed = await call("sandbox_resume", { sandbox_id: id });
