@@ -126,6 +126,11 @@ func ReadKeysFile(path string) (*Keys, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
+	if len(specs) == 0 {
+		// Empty, or read while being rewritten in place: never taken for
+		// "no keys", which would refuse every token and link.
+		return nil, fmt.Errorf("%s: no signing key in the file", path)
+	}
 	k, err := ParseKeys(specs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

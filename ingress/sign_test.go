@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,17 @@ func TestParseKeyErrors(t *testing.T) {
 	a, _ := GenerateKey('a')
 	if _, err := ParseKeys([]string{a, a}); err == nil {
 		t.Error("a duplicate key id is accepted")
+	}
+}
+
+func TestReadKeysFileEmpty(t *testing.T) {
+	path := t.TempDir() + "/keys"
+	for _, content := range []string{"", "# only a comment\n\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if k, err := ReadKeysFile(path); err == nil {
+			t.Errorf("a key file holding %q gave keys %q, want an error", content, k.IDs())
+		}
 	}
 }
