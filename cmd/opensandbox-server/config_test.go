@@ -436,27 +436,27 @@ func TestKeyFileReload(t *testing.T) {
 	}
 	var logs lockedBuffer
 	ks := newKeySource(&cfg.Ingress, slog.New(slog.NewTextHandler(&logs, nil)))
-	if ks.get().IDs() != "a" {
-		t.Fatalf("keys %q", ks.get().IDs())
+	if ks.Keys().IDs() != "a" {
+		t.Fatalf("keys %q", ks.Keys().IDs())
 	}
-	ks.reload() // unchanged: nothing read
+	ks.Reload() // unchanged: nothing read
 	if strings.Contains(logs.String(), "reloaded") {
 		t.Fatalf("an unchanged file was read again: %s", logs.String())
 	}
 	os.WriteFile(path, []byte(b+"\n"+a+"\n# rotated\n"), 0o600)
-	ks.reload()
-	if ks.get().IDs() != "ba" || !strings.Contains(logs.String(), "reloaded") {
-		t.Fatalf("after rotation: keys %q; log %s", ks.get().IDs(), logs.String())
+	ks.Reload()
+	if ks.Keys().IDs() != "ba" || !strings.Contains(logs.String(), "reloaded") {
+		t.Fatalf("after rotation: keys %q; log %s", ks.Keys().IDs(), logs.String())
 	}
-	tok, _ := ks.get().AccessToken("sb")
+	tok, _ := ks.Keys().AccessToken("sb")
 	if signer := cfg.Ingress.lifecycle(ks).Keys(); signer.Empty() {
 		t.Fatal("the lifecycle server's keys are empty")
 	} else if got, _ := signer.AccessToken("sb"); got != tok {
 		t.Fatal("the lifecycle server signs with other keys than the gateway's")
 	}
 	os.WriteFile(path, []byte("not a key, and longer\n"), 0o600)
-	ks.reload()
-	if ks.get().IDs() != "ba" || !strings.Contains(logs.String(), "not reloaded") {
-		t.Fatalf("a broken file: keys %q; log %s", ks.get().IDs(), logs.String())
+	ks.Reload()
+	if ks.Keys().IDs() != "ba" || !strings.Contains(logs.String(), "not reloaded") {
+		t.Fatalf("a broken file: keys %q; log %s", ks.Keys().IDs(), logs.String())
 	}
 }

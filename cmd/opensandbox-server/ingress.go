@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/opensandbox/opensandbox/api"
@@ -162,99 +159,38 @@ func (c *ingressConfig) validate() error {
 
 // lifecycle is the table as the lifecycle server takes it, signing with
 // the keys of keys.
-func (c *ingressConfig) lifecycle(keys *keySource) lifecycle.IngressConfig {
+func (c *ingressConfig) lifecycle(keys *ingress.KeyFile) lifecycle.IngressConfig {
 	return lifecycle.IngressConfig{
 		Gateway:   c.Mode == ingressGateway,
 		RouteMode: c.RouteMode,
 		Address:   c.Address,
 		Domain:    c.Domain,
-		Keys:      keys.signer,
+		Keys:      func() lifecycle.IngressSigner { return keys.Keys() },
 	}
 }
 
-// keySource holds the signing keys: those of the configuration, or those
-// of signing_keys_file, read again when the file changes.
-type keySource struct {
-	path string
-	log  *slog.Logger
-	keys atomic.Pointer[ingress.Keys]
-	// stamp is the file's size and modification time at the last read.
-	stamp string
-}
-
-// newKeySource starts from the keys the configuration's check read.
-func newKeySource(c *ingressConfig, log *slog.Logger) *keySource {
-	ks := &keySource{path: c.SigningKeysFile, log: log}
-	ks.keys.Store(c.keys)
-	ks.stamp = fileStamp(ks.path)
+// newKeySource keeps the signing keys: those of the configuration, or
+// those of signing_keys_file, which the configuration's check has read,
+// read again when the file changes (Watch).
+func newKeySource(c *ingressConfig, log *slog.Logger) *ingress.KeyFile {
+	ks, _ := ingress.NewKeyFile(c.SigningKeysFile, c.keys, log)
 	return ks
-}
-
-// get returns the current keys (nil without any).
-func (ks *keySource) get() *ingress.Keys { return ks.keys.Load() }
-
-// signer is get for the lifecycle server.
-func (ks *keySource) signer() lifecycle.IngressSigner { return ks.get() }
-
-func fileStamp(path string) string {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
 }
 
 // keyReloadEvery is how often a key file is looked at for changes.
 const keyReloadEvery = 5 * time.Second
 
-// watch reads the key file again whenever it changes, until ctx ends. A
-// file that no longer reads, or holds no key, keeps the keys in use.
-func (ks *keySource) watch(ctx context.Context) {
-	if ks.path == "" {
-		return
-	}
-	t := time.NewTicker(keyReloadEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ks.reload()
-	}
-}
-
-// reload reads the key file if it changed since the last read.
-func (ks *keySource) reload() {
-	stamp := fileStamp(ks.path)
-	if stamp == ks.stamp {
-		return
-	}
-	ks.stamp = stamp
-	keys, err := ingress.ReadKeysFile(ks.path)
-	if err == nil && keys.Empty() {
-		err = errors.New("no key in the file")
-	}
-	if err != nil {
-		ks.log.Error("ingress signing keys not reloaded; the previous ones stay in use", "file", ks.path, "err", err)
-		return
-	}
-	ks.keys.Store(keys)
-	ks.log.Info("ingress signing keys reloaded", "file", ks.path, "keys", keys.IDs())
-}
-
 // gatewayServer is the ingress gateway this server serves on [ingress]
 // listen: the proxy, and its health routes for requests that route
 // nowhere (GET /healthz, /readyz without a route header or subdomain).
-func gatewayServer(c *ingressConfig, keys *keySource, srv *lifecycle.Server, metrics *lifecycle.Metrics, log *slog.Logger) (*http.Server, error) {
+func gatewayServer(c *ingressConfig, keys *ingress.KeyFile, srv *lifecycle.Server, metrics *lifecycle.Metrics, log *slog.Logger) (*http.Server, error) {
 	domain := c.Domain
 	if h, _, err := net.SplitHostPort(domain); err == nil {
 		domain = h
 	}
 	res := lifecycle.InProcessGateway{Server: srv}
 	gw, err := ingress.New(ingress.Config{
-		Keys:     keys.get,
+		Keys:     keys.Keys,
 		Resolver: res,
 		Renewer:  res,
 		Domain:   domain,

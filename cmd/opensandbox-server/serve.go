@@ -160,9 +160,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
-	go keys.watch(loopCtx)
+	go keys.Watch(loopCtx, keyReloadEvery)
 	var gs *http.Server
-	if in.Mode == ingressGateway && keys.get().Empty() {
+	if in.Mode == ingressGateway && keys.Keys().Empty() {
 		log.Warn("[ingress] has no signing keys: endpoints carry no access token, expires is refused, and a gateway serves public sandboxes only; make a key with opensandbox-server gen-signing-key")
 	}
 	if gln != nil {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -70,7 +69,7 @@ type Main struct {
 	LogLevel        string
 
 	source *source
-	keys   keyFile
+	keys   *ingress.KeyFile
 	log    *slog.Logger
 
 	// renewSource is the source chosen beside source for its renewer
@@ -161,11 +160,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.log == nil {
 		return errors.New("ParseFlags first")
 	}
-	m.keys = keyFile{path: m.SigningKeysFile, log: m.log}
-	if err := m.keys.load(); err != nil {
+	keys, err := ingress.NewKeyFile(m.SigningKeysFile, nil, m.log)
+	if err != nil {
 		return err
 	}
-	if m.keys.get().Empty() {
+	m.keys = keys
+	if m.keys.Keys().Empty() {
 		m.log.Warn("no signing keys: only public sandboxes can be reached; give --signing-keys-file")
 	}
 	var certs *certFile
@@ -199,7 +199,7 @@ func (m *Main) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw, err := ingress.New(ingress.Config{
-		Keys:       m.keys.get,
+		Keys:       m.keys.Keys,
 		Resolver:   res,
 		Renewer:    ren,
 		RenewEvery: m.RenewEvery,
@@ -294,7 +294,7 @@ func (m *Main) reload(ctx context.Context, certs *certFile) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			if err := m.keys.load(); err != nil {
+			if err := m.keys.Load(); err != nil {
 				m.log.Error("reload signing keys; keeping the ones in use", "err", err)
 			}
 			if certs != nil {
@@ -305,64 +305,9 @@ func (m *Main) reload(ctx context.Context, certs *certFile) {
 				}
 			}
 		case <-tick.C:
-			if m.keys.changed() {
-				if err := m.keys.load(); err != nil {
-					m.log.Error("reload signing keys; keeping the ones in use", "err", err)
-				}
-			}
+			m.keys.Reload()
 		}
 	}
-}
-
-// keyFile holds the signing keys read from a file, and what the file
-// looked like when read.
-type keyFile struct {
-	path string
-	log  *slog.Logger
-	keys atomic.Pointer[ingress.Keys]
-
-	mu    sync.Mutex
-	mtime time.Time
-	size  int64
-}
-
-// get returns the keys in use; nil without a file.
-func (k *keyFile) get() *ingress.Keys { return k.keys.Load() }
-
-// load reads the file; on failure the keys in use stay.
-func (k *keyFile) load() error {
-	if k.path == "" {
-		return nil
-	}
-	st, err := os.Stat(k.path)
-	if err != nil {
-		return fmt.Errorf("signing keys: %w", err)
-	}
-	keys, err := ingress.ReadKeysFile(k.path)
-	if err != nil {
-		return fmt.Errorf("signing keys: %w", err)
-	}
-	k.mu.Lock()
-	k.mtime, k.size = st.ModTime(), st.Size()
-	k.mu.Unlock()
-	k.keys.Store(keys)
-	k.log.Info("signing keys loaded", "ids", keys.IDs())
-	return nil
-}
-
-// changed reports whether the file's modification time or size differ
-// from the last load.
-func (k *keyFile) changed() bool {
-	if k.path == "" {
-		return false
-	}
-	st, err := os.Stat(k.path)
-	if err != nil {
-		return false
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return !st.ModTime().Equal(k.mtime) || st.Size() != k.size
 }
 
 // certFile holds a TLS certificate read from files.
