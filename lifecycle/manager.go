@@ -170,15 +170,6 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	}
 	if p, ok := m.rt.(sandbox.Pooler); ok && spec.SnapshotID == "" {
 		poolRef := strings.TrimSpace(spec.Extensions[extPoolRef])
-		if poolRef != "" {
-			// The template's extensions (ingress.public...), under the
-			// create's own: only a create that names the pool gets them.
-			info, err := p.GetPool(ctx, poolRef)
-			if err != nil {
-				return nil, err
-			}
-			spec.Extensions = withDefaults(spec.Extensions, info.Template.Extensions)
-		}
 		sb, err := p.Claim(ctx, poolRef, spec)
 		switch {
 		case err == nil:
@@ -199,19 +190,9 @@ func (m *Manager) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	return m.rt.Create(ctx, sandbox.NewID(), spec)
 }
 
-// withDefaults is ext with the pairs of defaults whose keys it lacks.
-func withDefaults(ext, defaults map[string]string) map[string]string {
-	if len(defaults) == 0 {
-		return ext
-	}
-	out := maps.Clone(defaults)
-	maps.Copy(out, ext)
-	return out
-}
-
 // fromTemplate fills what a pool-mode create left out from the pool's
-// template: image, entrypoint, resources, and environment under the
-// request's own variables.
+// template: image, entrypoint, resources, and environment and extensions
+// under the request's own.
 func fromTemplate(spec sandbox.Spec, t *sandbox.Spec) sandbox.Spec {
 	if spec.Image == "" {
 		spec.Image = t.Image
@@ -231,6 +212,7 @@ func fromTemplate(spec sandbox.Spec, t *sandbox.Spec) sandbox.Spec {
 	}
 	maps.Copy(env, spec.Env)
 	spec.Env = env
+	spec.Extensions = sandbox.WithTemplateExtensions(spec.Extensions, t)
 	return spec
 }
 

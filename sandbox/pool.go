@@ -159,3 +159,15 @@ func (p *Pool) Matches(spec *Spec, createExts ...string) bool {
 	t := &p.Template
 	return spec.Image == t.Image && spec.Resources == t.Resources && len(t.Env) == 0 && p.Satisfies(spec, createExts...)
 }
+
+// WithTemplateExtensions returns ext with the extensions of the pool
+// template t whose keys it lacks: what a create that names a pool gets
+// of its template (ingress.public...), its own values first.
+func WithTemplateExtensions(ext map[string]string, t *Spec) map[string]string {
+	if len(t.Extensions) == 0 {
+		return ext
+	}
+	out := maps.Clone(t.Extensions)
+	maps.Copy(out, ext)
+	return out
+}

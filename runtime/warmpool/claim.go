@@ -76,6 +76,9 @@ func Claim(ctx context.Context, c Claimer, pools []Candidate, name string, spec 
 			miss(candidates[0], obs)
 			return nil, sandbox.ErrPoolEmpty
 		}
+		// Only a create that names the pool gets its template's
+		// extensions (ingress.public...), under its own.
+		spec.Extensions = sandbox.WithTemplateExtensions(spec.Extensions, &candidates[0].Pool.Template)
 	} else {
 		for _, p := range pools {
 			if p.Pool.Matches(spec, createExts...) {
